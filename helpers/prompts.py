@@ -53,5 +53,9 @@ def extract_answer(text) -> str | None:
     if not isinstance(text, str):
         return None
     text = text[-MAX_SCAN_CHARS:]
+    end = text.rfind(ANSWER_END)
+    if end < 0:  # checked first: scanning many unclosed <answer> tags with the regex is quadratic
+        return None
+    text = text[: end + len(ANSWER_END)]
     matches = _ANSWER_RE.findall(text)
     return matches[-1].strip() if matches else None

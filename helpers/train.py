@@ -33,6 +33,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, dest="per_device_train_batch_size",
                     help="completions per step (a multiple of --num-generations)")
     ap.add_argument("--max-completion-length", type=int)
+    ap.add_argument("--eval-max-new-tokens", type=int, help="tokens per answer when evaluating")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--overwrite", action="store_true", help="allow writing into a run folder that already has results")
     return ap.parse_args(argv)
@@ -40,7 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def overrides_from(args) -> dict:
     names = ("max_steps", "eval_size", "learning_rate", "num_generations", "per_device_train_batch_size",
-             "max_completion_length", "seed")
+             "max_completion_length", "eval_max_new_tokens", "seed")
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 

