@@ -126,8 +126,12 @@ def plot_predicted_memory(kit, budget_gb: float = 7.0):
     except ImportError:
         print("helpers.memory is not part of this copy of the kit yet: no predicted breakdown to show.")
         return None
-    estimate = memory.estimate("t4", gpu="t4")
-    total = kit.runtime.total_gpu_gb if kit.runtime.has_gpu else 14.56
+    on_card = kit.runtime.has_gpu and kit.preset.name == "t4"
+    gpu = kit.runtime.total_gpu_gb if on_card else "t4"
+    total = kit.runtime.total_gpu_gb if on_card else 14.56
+    estimate = memory.estimate("t4", gpu=gpu, budget_gb=budget_gb)
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in estimate.components.items() if v > 0.005)
+    print(f"t4 preset, predicted peak {estimate.peak_gb:.2f} GB of a {budget_gb:g} GB budget ({total:.2f} GB card): {parts}")
     return memory.plot_breakdown(estimate, budget_gb=budget_gb, gpu_total_gb=total)
 
 
@@ -178,9 +182,15 @@ def course_dataset(preset, limit: int | None = None):
 
 def heldout_rows(preset, n: int | None = None) -> list[dict]:
     """The held-out questions helpers.train evaluates on (same seed and split), first n of them."""
+    n = preset.eval_size if n is None else n
+    try:
+        from helpers.evaluate import heldout_rows as run_heldout_rows  # the one helpers.evaluate uses
+    except ImportError:
+        run_heldout_rows = None
+    if run_heldout_rows is not None:
+        return run_heldout_rows(preset.with_overrides(eval_size=n))
     from helpers import data
 
-    n = preset.eval_size if n is None else n
     if preset.dataset == "gsm8k":
         return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=n))
     return data.synthetic_problems(n, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
@@ -358,8 +368,8 @@ def describe_config(kit, config) -> list[tuple[str, object, str]]:
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
 MISSING_ADAPTER = (
-    "No trained adapter at {path}. Run 05_train first (it saves one there), or set TRAIN_IF_MISSING=True to let "
-    "this notebook train a tiny run itself."
+    "No trained adapter at {path}: run 05_train first, or set TRAIN_IF_MISSING=True "
+    "(this notebook then trains a tiny run itself)."
 )
 
 
@@ -380,10 +390,10 @@ def ensure_adapter(kit, train_if_missing: bool = True, tiny_steps: int = 2, tiny
     message = MISSING_ADAPTER.format(path=Path(kit.run_dir) / "adapter")
     if not train_if_missing:
         raise FileNotFoundError(message)
-    print(f"[grpo-kit] {message}\n[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({tiny_steps} steps) now; "
+    steps = min(tiny_steps, kit.preset.max_steps)
+    print(f"[grpo-kit] {message}\n[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) now; "
           "it shows the mechanics, not a trained model.")
-    train_run(kit, max_steps=min(tiny_steps, kit.preset.max_steps),
-              eval_size=min(tiny_eval_size, kit.preset.eval_size))
+    train_run(kit, max_steps=steps, eval_size=min(tiny_eval_size, kit.preset.eval_size))
     adapter = find_adapter(kit.run_dir)
     if adapter is None:
         raise FileNotFoundError(f"the tiny run finished but wrote no adapter under {kit.run_dir}")
@@ -418,35 +428,18 @@ def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dic
     return {"before": before, "after": after}
 
 
-def write_eval(result: dict, path) -> Path:
-    """Save the before/after evaluation (headline numbers and every sample) as JSON."""
-    from helpers.evaluation import summary_of
+def write_eval(result: dict, path, settings=None) -> Path:
+    """Save the before/after evaluation as eval.json, in the same layout helpers.train and helpers.evaluate write."""
+    from helpers.evaluation import eval_report, write_eval as write_report
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "before": summary_of(result["before"]),
-        "after": summary_of(result["after"]),
-        "samples": [
-            {"question": b["question"], "gold": b["gold"], "before": b["completion"], "before_correct": b["correct"],
-             "after": a["completion"], "after_correct": a["correct"]}
-            for b, a in zip(result["before"]["samples"], result["after"]["samples"])
-        ],
-    }, indent=2))
-    return path
+    return write_report(path, eval_report(result["before"], result["after"], settings))
 
 
 def print_before_after(result: dict, n_samples: int = 2) -> None:
-    from helpers.evaluation import summary_of
+    """Headline numbers and the first answers side by side (an HTML table in a notebook)."""
+    from helpers.evaluation import show_side_by_side
 
-    b, a = summary_of(result["before"]), summary_of(result["after"])
-    print(f"{'':<12}{'accuracy':>10}{'format':>10}{'n':>6}")
-    print(f"{'before':<12}{b['accuracy']:>10.2f}{b['format_rate']:>10.2f}{b['n']:>6}")
-    print(f"{'after':<12}{a['accuracy']:>10.2f}{a['format_rate']:>10.2f}{a['n']:>6}")
-    for sb, sa in list(zip(result["before"]["samples"], result["after"]["samples"]))[:n_samples]:
-        print(f"\nQ: {sb['question']} (gold {sb['gold']})")
-        print(f"  before [{'right' if sb['correct'] else 'wrong'}]: {sb['completion'].strip()[:300]!r}")
-        print(f"  after  [{'right' if sa['correct'] else 'wrong'}]: {sa['completion'].strip()[:300]!r}")
+    show_side_by_side(result["before"], result["after"], limit=n_samples)
 
 
 def save_final_adapter(model, tokenizer, kit, adapter_path, target) -> Path:
@@ -488,15 +481,17 @@ def env_flag(name: str, default: bool) -> bool:
 def show_guards() -> None:
     """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
     from helpers import runtime as rt
-    from helpers.training import precision_flags
+    from helpers.notebook_setup import need_free_gb
+    from helpers.training import get_preset, precision_flags
 
+    t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)
     cases = [
         ("Colab with no GPU attached", rt.fake_runtime("cpu", on_colab=True), {}),
         ("t4 preset on a laptop without a GPU", rt.fake_runtime("cpu"), {"want_gpu": True}),
         ("T4 with bf16 forced", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "precision": "bf16"}),
         ("T4 with 3 GB free (an earlier model still loaded)", rt.fake_runtime("t4", on_colab=True, free_gpu_gb=3.0),
-         {"want_gpu": True, "need_free_gb": 7.0}),
-        ("T4, fresh session", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "need_free_gb": 7.0}),
+         {"want_gpu": True, "need_free_gb": t4_need}),
+        ("T4, fresh session", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "need_free_gb": t4_need}),
     ]
     for label, runtime, kwargs in cases:
         try:

@@ -61,3 +61,215 @@ def write_samples(path: Path, before: dict, after: dict) -> None:
                 "before": b["completion"], "before_correct": b["correct"],
                 "after": a["completion"], "after_correct": a["correct"],
             }) + "\n")
+
+
+# --------------------------------------------------------------------------------------------- before.json
+
+
+def eval_settings(settings) -> dict:
+    """What decides the held-out questions and how they are answered: a saved evaluation is reusable only if
+    these match."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in (
+        ("model_name", settings.model_name), ("dataset", settings.dataset), ("eval_size", settings.eval_size),
+        ("eval_max_new_tokens", settings.eval_max_new_tokens), ("seed", settings.seed),
+        ("synthetic_levels", settings.synthetic_levels), ("worked_example", settings.worked_example))}
+
+
+def save_before(path, result: dict, settings) -> Path:
+    """The evaluation before training, with every sample, so a resumed run reuses it instead of re-evaluating
+    (by then the model already holds a partly trained adapter)."""
+    path = Path(path)
+    path.write_text(json.dumps({"settings": eval_settings(settings), **result}, indent=2))
+    return path
+
+
+def load_before(paths, settings) -> dict | None:
+    """The first saved before-evaluation among paths that matches settings; None (with the reason) otherwise."""
+    for path in [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]:
+        if not path.is_file():
+            continue
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError:
+            print(f"[grpo-kit] {path} is not readable JSON: evaluating before training again")
+            continue
+        if saved.get("settings") != eval_settings(settings):
+            print(f"[grpo-kit] {path} was made with other evaluation settings: evaluating before training again")
+            continue
+        return {k: v for k, v in saved.items() if k != "settings"}
+    return None
+
+
+# --------------------------------------------------------------------------------------------- pass@k
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k).
+
+    The chance that at least one of k samples drawn without replacement from the n is correct.
+    """
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        raise TypeError("n, c and k must be whole numbers")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need n >= 1 and 0 <= c <= n (got n={n}, c={c})")
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k}: k must be between 1 and the number of samples n={n}")
+    if n - c < k:
+        return 1.0
+    prob_all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):  # C(n-c, k)/C(n, k) as a stable product
+        prob_all_wrong *= 1.0 - k / i
+    return 1.0 - prob_all_wrong
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def pass_at_k_summary(correct_counts: list[int], n: int, ks=None) -> dict:
+    """{"pass@k": mean over questions} for each k (k <= n)."""
+    if not correct_counts:
+        raise ValueError("no questions: pass at least one count of correct samples")
+    ks = default_ks(n) if ks is None else list(ks)
+    return {f"pass@{k}": sum(pass_at_k(n, c, k) for c in correct_counts) / len(correct_counts) for k in ks}
+
+
+def sample_answers(model, tokenizer, rows: list[dict], settings, n: int, lora_path=None) -> list[list[str]]:
+    """n sampled (temperature) completions per question: one generate() round per sample, each with its own
+    seed (vLLM seeds every request with settings.seed, so repeating a prompt in one round would repeat it)."""
+    from dataclasses import replace
+
+    rounds = []
+    for j in range(n):
+        s = replace(settings, seed=settings.seed + 1000 + j)
+        rounds.append(generate(model, tokenizer, [r["prompt"] for r in rows], s, greedy=False, lora_path=lora_path))
+    return [[rounds[j][i] for j in range(n)] for i in range(len(rows))]
+
+
+def score_samples(samples_per_row: list[list[str]], rows: list[dict]) -> list[int]:
+    """How many of each question's samples are correct."""
+    if len(samples_per_row) != len(rows):
+        raise ValueError(f"{len(samples_per_row)} sample lists for {len(rows)} questions: they must align")
+    counts = []
+    for samples, row in zip(samples_per_row, rows):
+        counts.append(sum(1 for c in samples
+                          if (p := extract_answer(c)) is not None and answers_match(p, row["answer"])))
+    return counts
+
+
+def evaluate_pass_at_k(model, tokenizer, rows: list[dict], settings, n: int = 4, ks=None, lora_path=None) -> dict:
+    """Sampled pass@k (k <= n) with n samples per question, plus greedy-free numbers for the report."""
+    if n < 1:
+        raise ValueError(f"n={n}: need at least one sample per question")
+    counts = score_samples(sample_answers(model, tokenizer, rows, settings, n, lora_path=lora_path), rows)
+    return {"n": n, "temperature": settings.temperature, "questions": len(rows),
+            **pass_at_k_summary(counts, n, ks), "correct_counts": counts}
+
+
+def pass_at_k_before_after(model, tokenizer, rows, settings, n: int = 4, ks=None, adapter_path=None) -> dict:
+    """{"before": ..., "after": ...} sampled pass@k without and with the trained adapter.
+
+    CPU (a peft model): the adapter is switched off with model.disable_adapter(); GPU (Unsloth + vLLM): the saved
+    adapter folder is passed per request (adapter_path), the base model is the request without it.
+    """
+    if hasattr(model, "fast_generate"):
+        return {"before": evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks, lora_path=None),
+                "after": evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks, lora_path=adapter_path)}
+    with model.disable_adapter():
+        before = evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks)
+    return {"before": before, "after": evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks)}
+
+
+# --------------------------------------------------------------------------------------------- side by side
+
+
+def side_by_side(before: dict, after: dict, limit: int | None = None) -> list[dict]:
+    """The same questions answered before and after, one dict per question."""
+    pairs = []
+    for b, a in list(zip(before["samples"], after["samples"]))[:limit]:
+        if b["question"] != a["question"]:
+            raise ValueError("before and after answer different questions: evaluate both on the same rows")
+        pairs.append({"question": b["question"], "gold": b["gold"],
+                      "before": b["completion"], "before_answer": b["predicted"], "before_correct": b["correct"],
+                      "after": a["completion"], "after_answer": a["predicted"], "after_correct": a["correct"]})
+    return pairs
+
+
+def _mark(ok: bool) -> str:
+    return "right" if ok else "wrong"
+
+
+def side_by_side_text(before: dict, after: dict, limit: int | None = 5, width: int = 300) -> str:
+    """A plain-text version of the side-by-side view (terminals, logs)."""
+    b, a = summary_of(before), summary_of(after)
+    lines = [f"{'':<8}{'accuracy':>10}{'format':>10}{'n':>6}",
+             f"{'before':<8}{b['accuracy']:>10.2f}{b['format_rate']:>10.2f}{b['n']:>6}",
+             f"{'after':<8}{a['accuracy']:>10.2f}{a['format_rate']:>10.2f}{a['n']:>6}"]
+    for p in side_by_side(before, after, limit):
+        lines += ["", f"Q: {p['question'].strip()}  (gold {p['gold']})",
+                  f"  before [{_mark(p['before_correct'])}, answer {p['before_answer']}]: "
+                  f"{p['before'].strip()[:width]!r}",
+                  f"  after  [{_mark(p['after_correct'])}, answer {p['after_answer']}]: "
+                  f"{p['after'].strip()[:width]!r}"]
+    return "\n".join(lines)
+
+
+def side_by_side_html(before: dict, after: dict, limit: int | None = 5) -> str:
+    """An HTML table: question, gold answer, the answer before and after (green right, red wrong)."""
+    import html
+
+    def cell(text, ok):
+        color = "#e6f4e6" if ok else "#fbe9e9"
+        return (f"<td style='background:{color};text-align:left;white-space:pre-wrap;vertical-align:top'>"
+                f"<b>{_mark(ok)}</b><br>{html.escape(text.strip())}</td>")
+
+    b, a = summary_of(before), summary_of(after)
+    rows = "".join(
+        f"<tr><td style='text-align:left;vertical-align:top'>{html.escape(p['question'].strip())}</td>"
+        f"<td style='vertical-align:top'>{html.escape(str(p['gold']))}</td>"
+        f"{cell(p['before'], p['before_correct'])}{cell(p['after'], p['after_correct'])}</tr>"
+        for p in side_by_side(before, after, limit))
+    return (f"<p>accuracy {b['accuracy']:.2f} &rarr; {a['accuracy']:.2f}, format {b['format_rate']:.2f} &rarr; "
+            f"{a['format_rate']:.2f} (n = {a['n']})</p><table><tr><th>question</th><th>gold</th>"
+            f"<th>before training</th><th>after training</th></tr>{rows}</table>")
+
+
+def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
+    """In a notebook: the HTML table; elsewhere: the plain-text version."""
+    try:
+        from helpers.dashboard import in_notebook
+
+        if in_notebook():
+            from IPython.display import HTML, display
+
+            display(HTML(side_by_side_html(before, after, limit)))
+            return
+    except ImportError:
+        pass
+    print(side_by_side_text(before, after, limit))
+
+
+# --------------------------------------------------------------------------------------------- eval.json
+
+
+def eval_report(before: dict, after: dict, settings=None, pass_at_k: dict | None = None) -> dict:
+    """What eval.json holds: greedy accuracy/format before and after, pass@k if measured, every sample pair."""
+    report = {"greedy": {"before": summary_of(before), "after": summary_of(after)},
+              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.course.write_eval
+              "pass_at_k": pass_at_k,
+              "samples": side_by_side(before, after)}
+    if settings is not None:
+        report["settings"] = eval_settings(settings)
+    return report
+
+
+def write_eval(path, report: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2))
+    return path

@@ -30,6 +30,8 @@ class MetricsRecorder(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or state.global_step == 0 or "train_runtime" in logs:
             return  # the closing summary log is not a step
+        if not getattr(state, "is_world_process_zero", True):
+            return  # several processes (accelerate launch): the logs are already gathered; process 0 writes them
         row = {"step": state.global_step, **{k: _clean(v) for k, v in logs.items()}}
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")

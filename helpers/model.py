@@ -173,8 +173,45 @@ def load_unsloth(settings):
     return model, tokenizer
 
 
+def load_trl_vllm(settings, adapter_path: str | os.PathLike | None = None, device=None):
+    """Several GPUs (backend "trl-vllm"): plain transformers + peft in bf16; TRL's own vLLM generates.
+
+    No Unsloth (its fast_inference engine is single-GPU) and no 4-bit (DeepSpeed shards 16-bit weights). Each
+    process puts its copy on its own GPU (LOCAL_RANK, set by accelerate launch); without device_map="auto", which
+    would split one model across every GPU. Under ZeRO-3 DeepSpeed then shards the copy when training starts.
+    """
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if device is None:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(settings.seed)
+    tokenizer = AutoTokenizer.from_pretrained(settings.model_name)
+    tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(settings.model_name, **trl_vllm_load_kwargs(settings, device))
+    if adapter_path is not None:
+        model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
+    else:
+        model = get_peft_model(model, LoraConfig(**peft_lora_kwargs(settings)))
+    return model, tokenizer
+
+
+def trl_vllm_load_kwargs(settings, device) -> dict:
+    """Keyword arguments for AutoModelForCausalLM.from_pretrained on the multi-GPU path."""
+    import torch
+
+    return dict(dtype=torch.bfloat16, device_map={"": device}, attn_implementation="sdpa")
+
+
 def load(settings, runtime=None):
     """(model, tokenizer) for the preset's backend."""
+    if settings.backend == "trl-vllm":
+        if runtime is not None and not runtime.has_gpu:
+            raise ModelSetupError(f"preset {settings.name!r} needs NVIDIA GPUs. Fix: see docs/scale-out.md, or use the cpu preset.")
+        return load_trl_vllm(settings)
     if settings.backend == "unsloth":
         if runtime is not None and not runtime.has_gpu:
             raise ModelSetupError(
@@ -224,7 +261,7 @@ def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
                 batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
-                                  add_special_tokens=False)
+                                  add_special_tokens=False).to(model.device)  # GPU model: inputs on its device
                 kwargs = dict(max_new_tokens=settings.eval_max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                               eos_token_id=tokenizer.eos_token_id)
                 if greedy:

@@ -49,9 +49,10 @@ def kit_root(start: str | os.PathLike | None = None) -> Path:
 def install_if_colab(root: str | os.PathLike, restart: bool = True) -> bool:
     """On Colab, install the pinned GPU stack (requirements.txt) once; elsewhere do nothing. True if installed now.
 
-    The stack replaces Colab's torch, so the Python process must restart afterwards: this kills the kernel
-    (Colab restarts it by itself) after saying so. Run the notebook again from the top; the marker file makes
-    the second run skip the install.
+    The stack replaces Colab's torch. If torch (or another replaced package) was already imported in this
+    session, the process must restart: this kills the kernel (Colab restarts it by itself) after saying so; run
+    the notebook again from the top and the marker file makes the second run skip the install. If none was
+    imported (a fresh session, the usual case), it goes straight on.
     """
     if not on_colab():
         return False
@@ -75,12 +76,24 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True) -> bool:
                    if line.strip().startswith("unsloth")]
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *unsloth], check=True)
     marker.write_text("installed\n")
-    print("[grpo-kit] Installed. The session restarts now (the new torch needs a fresh Python). "
-          "When it is back, run this notebook again from the top: the install is skipped the second time.")
+    stale = sorted(m for m in RELOAD_SENSITIVE if m in sys.modules)
+    if not stale:
+        # Nothing the install replaced was imported yet (the reference Unsloth notebooks rely on the same), so
+        # this Python process will import the new versions: no restart needed.
+        print("[grpo-kit] Installed.")
+        return True
+    print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session, so the session "
+          "restarts now to load the new versions. When it is back, run this notebook again from the top: the "
+          "install is skipped the second time.")
     if restart:
         sys.stdout.flush()
         os.kill(os.getpid(), 9)  # Colab restarts a dead kernel by itself; a normal exit would not reload torch
     return True
+
+
+# Modules requirements.txt replaces or pins: if one is already imported, the new version needs a fresh process.
+RELOAD_SENSITIVE = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "unsloth",
+                    "bitsandbytes", "triton", "xformers", "torchvision", "torchaudio", "numpy")
 
 
 @dataclass
@@ -102,6 +115,8 @@ class Kit:
         flags = {"max_steps": "--max-steps", "eval_size": "--eval-size", "learning_rate": "--learning-rate",
                  "num_generations": "--num-generations", "per_device_train_batch_size": "--batch-size",
                  "max_completion_length": "--max-completion-length", "seed": "--seed"}
+        if "eval_max_new_tokens" in self.overrides and train_accepts("--eval-max-new-tokens"):
+            flags["eval_max_new_tokens"] = "--eval-max-new-tokens"
         argv = ["--preset", self.preset.name, "--run-dir", str(run_dir or self.run_dir)]
         for name, flag in flags.items():
             if name in self.overrides:
@@ -109,6 +124,21 @@ class Kit:
         if overwrite:
             argv.append("--overwrite")
         return argv
+
+
+def train_accepts(flag: str) -> bool:
+    """Whether `python -m helpers.train` knows this option (newer flags are passed only when it does)."""
+    import contextlib
+    import io
+
+    from helpers import train
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            train.parse_args([flag, "1"])
+    except SystemExit:
+        return False
+    return True
 
 
 def import_unsloth_first() -> None:
@@ -127,6 +157,17 @@ def import_unsloth_first() -> None:
             f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
             "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel."
         ) from err
+
+
+def need_free_gb(preset, runtime) -> float:
+    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does),
+    else the t4 preset's 7 GB budget."""
+    try:
+        from helpers.memory import estimate
+
+        return float(estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb)
+    except Exception:  # noqa: BLE001 - no memory model for this preset/card: fall back to the budget
+        return T4_BUDGET_GB
 
 
 def resolve_preset_name(preset_name: str | None, runtime) -> str:
@@ -154,7 +195,7 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     validate(preset, runtime)
     want_gpu = preset.backend == "unsloth"
     # No GPU on Colab -> the menu path; a GPU preset without a GPU -> the fix; too little free memory -> said now.
-    warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=T4_BUDGET_GB if want_gpu else None)
+    warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     if want_gpu:
         import_unsloth_first()
     run_dir = Path(run_dir or DEFAULT_RUN_DIR)

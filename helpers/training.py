@@ -24,6 +24,13 @@ class Preset:
     load_in_4bit: bool = False
     fast_inference: bool = False
     gpu_memory_utilization: float | None = None
+    # backend "trl-vllm" (several GPUs, no Unsloth): TRL's own vLLM, "colocate" (an engine inside every training
+    # process, gpu_memory_utilization of its GPU) or "server" (`trl vllm-serve` on GPUs of its own; docs/scale-out.md)
+    vllm_mode: str = "colocate"
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout: float = 240.0  # seconds the trainer waits for the server to answer /health
+    vllm_tensor_parallel_size: int = 1  # colocate: GPUs per engine; server: what to pass to trl vllm-serve
     lora_rank: int = 16
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = LORA_TARGETS
@@ -91,7 +98,7 @@ PRESETS = {
         worked_example=True,
         max_prompt_length=256,
         num_generations=8,
-        per_device_train_batch_size=16,  # 2 prompts x 8 completions: fewer steps with no reward spread
+        per_device_train_batch_size=8,  # 1 prompt x 8 completions per step: what fits 12 minutes on 2 cores
         max_completion_length=64,
         temperature=1.0,
         learning_rate=5e-4,
@@ -134,6 +141,82 @@ PRESETS = {
         max_steps=250,
         eval_max_new_tokens=256,
     ),
+    # ---- several GPUs (docs/scale-out.md): TRL's own vLLM, not Unsloth (its fast_inference path is one GPU).
+    # Launched with accelerate; extra["accelerate_config"] / extra["num_processes"] are what the doc's commands use.
+    "a100x2-qwen7b-lora": Preset(
+        name="a100x2-qwen7b-lora",
+        description=(
+            "Qwen2.5-7B-Instruct in bf16 with LoRA on 2 x A100 80GB: one training process per GPU (DeepSpeed "
+            "ZeRO-2), each with its own colocated vLLM engine (TRL vllm_mode='colocate')."
+        ),
+        model_name="Qwen/Qwen2.5-7B-Instruct",
+        backend="trl-vllm",
+        max_seq_length=1024,
+        vllm_mode="colocate",
+        # estimate: 0.35 x 80 GB = 28 GB for vLLM's own bf16 copy (15.2 GB) + KV cache; training gets the rest
+        gpu_memory_utilization=0.35,
+        vllm_tensor_parallel_size=1,
+        lora_rank=16,
+        lora_alpha=32,
+        dataset="gsm8k",
+        train_size=7473,
+        eval_size=200,
+        worked_example=False,
+        max_prompt_length=256,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,  # 8 x 2 processes x 2 = 32 completions = 4 prompts per step
+        max_completion_length=512,
+        temperature=1.0,
+        learning_rate=5e-6,
+        weight_decay=0.1,
+        warmup_steps=10,
+        lr_scheduler_type="cosine",
+        max_grad_norm=0.1,
+        optim="adamw_torch",
+        gradient_checkpointing=True,
+        max_steps=250,
+        eval_max_new_tokens=512,
+        extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 2},
+    ),
+    "8xh100-qwen7b-lora": Preset(
+        name="8xh100-qwen7b-lora",
+        description=(
+            "Qwen2.5-7B-Instruct in bf16 with LoRA on 8 x H100: `trl vllm-serve` with tensor parallel 2 on GPUs 6-7, "
+            "6 training processes (DeepSpeed ZeRO-2) on GPUs 0-5 (TRL vllm_mode='server')."
+        ),
+        model_name="Qwen/Qwen2.5-7B-Instruct",
+        backend="trl-vllm",
+        max_seq_length=1024,
+        vllm_mode="server",
+        vllm_server_host="127.0.0.1",
+        vllm_server_port=8000,
+        vllm_server_timeout=600.0,  # a 7B with CUDA graphs can take minutes to come up
+        vllm_tensor_parallel_size=2,  # informational: passed to `trl vllm-serve --tensor-parallel-size`
+        lora_rank=16,
+        lora_alpha=32,
+        dataset="gsm8k",
+        train_size=7473,
+        eval_size=200,
+        worked_example=False,
+        max_prompt_length=256,
+        num_generations=8,
+        per_device_train_batch_size=8,  # 8 x 6 processes = 48 completions = 6 prompts per step
+        gradient_accumulation_steps=1,
+        max_completion_length=512,
+        temperature=1.0,
+        learning_rate=5e-6,
+        weight_decay=0.1,
+        warmup_steps=10,
+        lr_scheduler_type="cosine",
+        max_grad_norm=0.1,
+        optim="adamw_torch",
+        gradient_checkpointing=True,
+        max_steps=250,
+        eval_max_new_tokens=512,
+        extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 6,
+               "vllm_server_gpus": "6,7", "train_gpus": "0,1,2,3,4,5"},
+    ),
 }
 
 
@@ -146,8 +229,12 @@ def get_preset(name: str, **overrides) -> Preset:
     return preset.with_overrides(**overrides) if overrides else preset
 
 
-def validate(preset: Preset, runtime: Runtime | None = None) -> None:
-    """Raise PresetError for settings that cannot work, before any model is loaded."""
+def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int = 1) -> None:
+    """Raise PresetError for settings that cannot work, before any model is loaded.
+
+    num_processes: training processes (accelerate launch --num_processes); TRL's generation batch is
+    per_device_train_batch_size x num_processes x gradient_accumulation_steps.
+    """
     p = preset
 
     def bad(field_name, problem, fix):
@@ -163,7 +250,16 @@ def validate(preset: Preset, runtime: Runtime | None = None) -> None:
         bad("num_generations", "GRPO compares completions within a group, so it needs at least 2",
             "use 4 or more (2 often ties: zero spread, zero gradient)")
     generation_batch = p.per_device_train_batch_size * p.gradient_accumulation_steps
-    if generation_batch % p.num_generations:
+    if num_processes > 1 and (generation_batch * num_processes) % p.num_generations:
+        total = generation_batch * num_processes
+        bad("per_device_train_batch_size",
+            f"with {num_processes} training processes the generation batch (per_device_train_batch_size "
+            f"x num_processes x gradient_accumulation_steps = {p.per_device_train_batch_size} x {num_processes} x "
+            f"{p.gradient_accumulation_steps} = {total}) is not divisible by num_generations={p.num_generations}",
+            f"make per_device_train_batch_size x {num_processes} x gradient_accumulation_steps a multiple of "
+            f"{p.num_generations} (change the batch size, gradient_accumulation_steps, num_generations, or "
+            "accelerate's --num_processes)")
+    if num_processes == 1 and generation_batch % p.num_generations:
         bad("per_device_train_batch_size",
             f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {generation_batch}) "
             f"is not divisible by num_generations={p.num_generations}",
@@ -184,8 +280,23 @@ def validate(preset: Preset, runtime: Runtime | None = None) -> None:
         bad("beta", "the KL coefficient cannot be negative", "use 0.0 (no reference model) or a small positive value")
     if p.temperature <= 0:
         bad("temperature", "sampling needs a positive temperature so completions differ", "use 0.7-1.0")
-    if p.backend not in ("cpu", "unsloth"):
-        bad("backend", "must be 'cpu' or 'unsloth'", "pick one of the two")
+    if p.backend not in ("cpu", "unsloth", "trl-vllm"):
+        bad("backend", "must be 'cpu', 'unsloth' or 'trl-vllm'", "pick one of the three")
+    if p.backend == "trl-vllm":
+        if p.vllm_mode not in ("colocate", "server"):
+            bad("vllm_mode", "must be 'colocate' or 'server'", "colocate: vLLM inside each training process; "
+                "server: `trl vllm-serve` on GPUs of its own (docs/scale-out.md)")
+        if p.vllm_mode == "colocate" and p.gpu_memory_utilization is None:
+            bad("gpu_memory_utilization", "colocated vLLM needs the fraction of each GPU it may reserve",
+                "set it, e.g. 0.3")
+        if not isinstance(p.vllm_tensor_parallel_size, int) or p.vllm_tensor_parallel_size < 1:
+            bad("vllm_tensor_parallel_size", "must be a whole number >= 1", "use 1, 2, 4 or 8")
+        if p.vllm_mode == "colocate" and num_processes % p.vllm_tensor_parallel_size:
+            bad("vllm_tensor_parallel_size", f"colocated engines split the {num_processes} training processes "
+                "into tensor-parallel groups, so it must divide the process count",
+                f"use a divisor of {num_processes}")
+        if not 0 < p.vllm_server_port < 65536:
+            bad("vllm_server_port", "is not a TCP port", "use e.g. 8000 (and the same --port for trl vllm-serve)")
     if p.dataset not in ("synthetic", "gsm8k"):
         bad("dataset", "must be 'synthetic' or 'gsm8k'", "pick one of the two")
     if p.lora_alpha <= 0:
@@ -195,6 +306,11 @@ def validate(preset: Preset, runtime: Runtime | None = None) -> None:
             "raise train_size / eval_size")
 
     if runtime is not None:
+        if p.backend == "trl-vllm" and not runtime.has_gpu:
+            raise PresetError(
+                f"preset {p.name!r} needs NVIDIA GPUs (TRL + vLLM, bf16) and this machine has none. Fix: run it on "
+                "a multi-GPU machine with accelerate launch (docs/scale-out.md); on a CPU machine use --preset cpu."
+            )
         if p.backend == "unsloth" and not runtime.has_gpu:
             raise PresetError(
                 f"preset {p.name!r} needs an NVIDIA GPU (Unsloth + vLLM) and this machine has none. Fix: on Colab "
@@ -215,8 +331,14 @@ def precision_flags(runtime: Runtime) -> dict:
     return {"bf16": False, "fp16": True}
 
 
-def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs/latest") -> dict:
-    """The keyword arguments for trl.GRPOConfig (contract-tested against the pinned TRL)."""
+def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs/latest",
+                       save_steps: int | None = None) -> dict:
+    """The keyword arguments for trl.GRPOConfig (contract-tested against the pinned TRL).
+
+    save_steps: write a resumable checkpoint (adapter, optimizer, scheduler, RNG, trainer state) into
+    output_dir/checkpoint-N every that many steps; None or 0 saves none. Old checkpoints are rotated by
+    helpers.checkpoints.KeepLastCheckpoints (which says what it removes), not by save_total_limit.
+    """
     p = preset
     on_cpu = p.backend == "cpu"
     kwargs = dict(
@@ -235,7 +357,8 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
         beta=p.beta,
         max_steps=p.max_steps,
         logging_steps=p.logging_steps,
-        save_strategy="no",
+        save_strategy="steps" if save_steps else "no",
+        **({"save_steps": save_steps, "save_only_model": False} if save_steps else {}),
         report_to="none",
         seed=p.seed,
         disable_tqdm=False,
@@ -249,10 +372,32 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
         dataloader_num_workers=0,
     )
     kwargs.update(precision_flags(runtime if not on_cpu else Runtime(on_colab=runtime.on_colab)))
+    if p.backend == "trl-vllm":
+        kwargs.update(trl_vllm_kwargs(p))
     return kwargs
 
 
-def build_grpo_config(preset: Preset, runtime: Runtime, output_dir: str = "runs/latest"):
+def trl_vllm_kwargs(preset: Preset) -> dict:
+    """GRPOConfig keywords for the multi-GPU backend: TRL's own vLLM (no Unsloth), colocated or as a server.
+
+    Plain transformers model, so TRL's gradient checkpointing is the one to use (PEFT + ZeRO-3 makes TRL force
+    reentrant checkpointing itself). LoRA uses every adapter in every forward, so DDP need not search for unused
+    parameters (that search also breaks reentrant checkpointing).
+    """
+    p = preset
+    kw = dict(use_vllm=True, vllm_mode=p.vllm_mode, gradient_checkpointing=p.gradient_checkpointing,
+              ddp_find_unused_parameters=False)
+    if p.vllm_mode == "server":
+        kw.update(vllm_server_host=p.vllm_server_host, vllm_server_port=p.vllm_server_port,
+                  vllm_server_timeout=p.vllm_server_timeout)
+    else:
+        kw.update(vllm_gpu_memory_utilization=p.gpu_memory_utilization,
+                  vllm_tensor_parallel_size=p.vllm_tensor_parallel_size,
+                  vllm_max_model_length=p.max_prompt_length + p.max_completion_length)
+    return kw
+
+
+def build_grpo_config(preset: Preset, runtime: Runtime, output_dir: str = "runs/latest", save_steps: int | None = None):
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_config_kwargs(preset, runtime, output_dir))
+    return GRPOConfig(**grpo_config_kwargs(preset, runtime, output_dir, save_steps=save_steps))

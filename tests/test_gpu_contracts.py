@@ -278,3 +278,69 @@ def test_reader_unknown_kwargs_follows_delegation(monkeypatch):
     assert ps.unknown_kwargs(["r", "read_me"], chain) == {}
     assert set(ps.unknown_kwargs(["nope"], chain)) == {"nope"}
     assert set(ps.unknown_kwargs(["r"], chain[:1])) == {"r"}  # without the delegation it is unknown
+
+
+# ------------------------------------------------------------------- sharing (helpers.sharing, GPU only)
+
+SAVE_PY = "unsloth/save.py"
+# patch_saving_functions binds these functions to these model attributes (non-vision models).
+EXPORTS = {
+    "save_pretrained_merged": ps.Target("unsloth", SAVE_PY, "unsloth_generic_save_pretrained_merged"),
+    "push_to_hub_merged": ps.Target("unsloth", SAVE_PY, "unsloth_generic_push_to_hub_merged"),
+    "save_pretrained_gguf": ps.Target("unsloth", SAVE_PY, "unsloth_save_pretrained_gguf"),
+    "push_to_hub_gguf": ps.Target("unsloth", SAVE_PY, "unsloth_push_to_hub_gguf"),
+}
+
+
+@pytest.mark.parametrize("attr", sorted(EXPORTS))
+def test_patch_saving_functions_binds_export_method(unsloth_root, attr):
+    fn = ps.find_function(ps.parse("unsloth", SAVE_PY), "patch_saving_functions")
+    bound = set()
+    for node in ps.ast.walk(fn):
+        if (isinstance(node, ps.ast.Call) and isinstance(node.func, ps.ast.Name)
+                and node.func.id == "_bind_saving_method" and len(node.args) == 3
+                and isinstance(node.args[0], ps.ast.Name) and isinstance(node.args[2], ps.ast.Constant)):
+            bound.add((node.args[2].value, node.args[0].id))
+    assert (attr, EXPORTS[attr].qualname) in bound, (
+        f"unsloth=={ps.pinned_version('unsloth')} no longer binds model.{attr} to {EXPORTS[attr].qualname}")
+
+
+def test_save_pretrained_merged_accepts_kit_kwargs(unsloth_root):
+    from helpers.sharing import merged_16bit_kwargs
+
+    # called as model.save_pretrained_merged(path, tokenizer, **kwargs)
+    _assert_known(["save_directory", "tokenizer", *merged_16bit_kwargs()], [EXPORTS["save_pretrained_merged"]])
+
+
+def test_save_pretrained_gguf_accepts_kit_kwargs(unsloth_root):
+    from helpers.sharing import gguf_kwargs
+
+    _assert_known(["save_directory", "tokenizer", *gguf_kwargs()], [EXPORTS["save_pretrained_gguf"]])
+
+
+def test_push_to_hub_exports_accept_kit_kwargs(unsloth_root):
+    from helpers.sharing import push_gguf_kwargs, push_merged_kwargs
+
+    _assert_known(["repo_id", "tokenizer", *push_merged_kwargs("x")], [EXPORTS["push_to_hub_merged"]])
+    _assert_known(["repo_id", "tokenizer", *push_gguf_kwargs("x")], [EXPORTS["push_to_hub_gguf"]])
+
+
+def test_kit_export_methods_are_known_values(unsloth_root):
+    """merged_16bit is a save_method the pinned Unsloth handles; q4_k_m is one of its GGUF quantizations."""
+    from helpers.sharing import gguf_kwargs, merged_16bit_kwargs
+
+    tree = ps.parse("unsloth", SAVE_PY)
+    assert merged_16bit_kwargs()["save_method"] in ps.string_literals(EXPORTS["save_pretrained_merged"].node())
+    allowed = next(n for n in tree.body if isinstance(n, ps.ast.Assign)
+                   and any(isinstance(t, ps.ast.Name) and t.id == "ALLOWED_QUANTS" for t in n.targets))
+    keys = {k.value for k in allowed.value.keys if isinstance(k, ps.ast.Constant)}
+    assert gguf_kwargs()["quantization_method"] in keys, f"ALLOWED_QUANTS has no {gguf_kwargs()['quantization_method']}"
+
+
+def test_grpo_config_with_checkpoints_accepts_kit_kwargs(t4_settings, t4_runtime):
+    import trl
+    from helpers.training import grpo_config_kwargs
+
+    fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
+    kw = grpo_config_kwargs(t4_settings, t4_runtime, save_steps=25)
+    assert not set(kw) - fields and kw["save_strategy"] == "steps"

@@ -1,0 +1,111 @@
+"""Evaluate a saved adapter: greedy accuracy/format and sampled pass@k, before and after, into eval.json.
+
+    python -m helpers.evaluate --run-dir runs/demo --samples 4
+
+Reads the run's config.json (the preset it was trained with) and adapter/, answers the same held-out questions
+as helpers.train (GSM8K test split on the GPU preset, the synthetic held-out split on CPU) without and with the
+adapter, prints a side-by-side view and writes eval.json in the run folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def preset_from_run(run_dir, **overrides):
+    """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
+    from helpers.training import get_preset
+
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
+    saved = json.loads(path.read_text())
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k != "name"}
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return get_preset(saved["name"]).with_overrides(**fields)
+
+
+def heldout_rows(preset) -> list[dict]:
+    """The held-out questions helpers.train.build_datasets evaluates on."""
+    from helpers import data
+
+    if preset.dataset == "gsm8k":
+        return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=preset.eval_size))
+    return data.synthetic_problems(preset.eval_size, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
+                                   worked_example=preset.worked_example)
+
+
+def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
+                 eval_max_new_tokens: int | None = None) -> dict:
+    """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
+    from helpers import runtime as rt
+    from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after,
+                                    side_by_side_text, write_eval)
+    from helpers.model import load, load_cpu
+
+    run_dir = Path(run_dir)
+    preset = preset_from_run(run_dir, eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens)
+    adapter = Path(adapter) if adapter is not None else run_dir / "adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no saved adapter in {adapter}: train first (python -m helpers.train --run-dir "
+                                f"{run_dir}) or pass --adapter")
+    rows = heldout_rows(preset)
+    if preset.backend == "cpu":
+        model, tokenizer = load_cpu(preset, adapter_path=adapter)
+        lora = None
+    else:
+        model, tokenizer = load(preset, rt.detect())
+        lora = adapter
+    before = load_before(run_dir / "before.json", preset)
+    if before is None:
+        print("[grpo-kit] evaluating without the adapter (greedy) ...")
+        if preset.backend == "cpu":
+            with model.disable_adapter():
+                before = evaluate(model, tokenizer, rows, preset)
+        else:
+            before = evaluate(model, tokenizer, rows, preset, lora_path=None)
+    else:
+        print("[grpo-kit] before: reusing before.json")
+    print("[grpo-kit] evaluating with the adapter (greedy) ...")
+    after = evaluate(model, tokenizer, rows, preset, lora_path=lora)
+    pass_k = None
+    if samples:
+        print(f"[grpo-kit] sampled pass@k: {samples} samples per question, without and with the adapter ...")
+        pass_k = pass_at_k_before_after(model, tokenizer, rows, preset, n=samples, ks=ks, adapter_path=adapter)
+    report = eval_report(before, after, preset, pass_at_k=pass_k)
+    path = write_eval(run_dir / "eval.json", report)
+    print(side_by_side_text(before, after, limit=3))
+    if pass_k:
+        for when in ("before", "after"):
+            ks_text = ", ".join(f"{k} {v:.2f}" for k, v in pass_k[when].items() if k.startswith("pass@"))
+            print(f"{when:<7} {ks_text}")
+    print(f"[grpo-kit] wrote {path}")
+    return report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m helpers.evaluate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run-dir", type=Path, required=True, help="a folder written by helpers.train")
+    ap.add_argument("--samples", type=int, default=4, help="sampled completions per question for pass@k (0: none)")
+    ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], help="k values, e.g. 1,2,4 (<= --samples)")
+    ap.add_argument("--eval-size", type=int, help="held-out questions (default: the run's)")
+    ap.add_argument("--eval-max-new-tokens", type=int)
+    ap.add_argument("--adapter", type=Path, help="adapter folder (default: <run-dir>/adapter)")
+    args = ap.parse_args(argv)
+    if args.k and args.samples and max(args.k) > args.samples:
+        print(f"error: --k {max(args.k)} is larger than --samples {args.samples}; pass@k needs k <= samples",
+              file=sys.stderr)
+        return 2
+    try:
+        evaluate_run(args.run_dir, args.samples, args.k, args.eval_size, args.adapter, args.eval_max_new_tokens)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Share a trained model: the LoRA adapter, a merged 16-bit model, a GGUF file, and the Hugging Face Hub.
+
+    save_adapter(model, tokenizer, "runs/demo/share/adapter")          # megabytes; needs the base model to use
+    check_reload(model, tokenizer, "runs/demo/share/adapter", preset)    # reload it: same greedy answers?
+    export_merged(model, tokenizer, "runs/demo/share/merged", preset)    # one standalone 16-bit model folder
+    export_gguf(model, tokenizer, "runs/demo/share/gguf")                # GPU (Unsloth) only: llama.cpp / Ollama
+    push_folder("runs/demo/share/merged", "your-name/grpo-math")         # token from Colab secrets or HF_TOKEN
+
+Never overwrites an existing export folder unless overwrite=True. The Hugging Face token is read from Colab's
+secrets (google.colab.userdata.get("HF_TOKEN")) or the HF_TOKEN environment variable, passed straight to the
+upload call, and never printed, logged or written anywhere; error messages from the upload are scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+TOKEN_NAME = "HF_TOKEN"
+MISSING_TOKEN = (
+    "No Hugging Face token found. Create one at https://huggingface.co/settings/tokens (type 'Write'), then:\n"
+    "  - on Colab: click the key icon in the left sidebar > Secrets > Add new secret, name it HF_TOKEN, paste the "
+    "token as its value, and switch on 'Notebook access';\n"
+    "  - elsewhere: export HF_TOKEN=... in the shell that starts Jupyter or python.\n"
+    "Never paste the token into a notebook cell: notebooks get shared, and the token goes with them."
+)
+
+
+class SharingError(RuntimeError):
+    """An export or upload that cannot be done as asked; the message says what to do instead."""
+
+
+class MissingTokenError(SharingError):
+    pass
+
+
+def _fresh_folder(path, overwrite: bool) -> Path:
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if not overwrite:
+            raise SharingError(f"{path} already exists and is not empty; nothing was written. Choose another folder, "
+                               "or pass overwrite=True to replace it.")
+        print(f"[grpo-kit] overwrite=True: replacing {path}")
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _is_unsloth(model) -> bool:
+    return hasattr(model, "save_pretrained_merged") or hasattr(model, "fast_generate")
+
+
+# ----------------------------------------------------------------------------------------- adapter
+
+
+def save_adapter(model, tokenizer, path, overwrite: bool = False) -> Path:
+    """The LoRA adapter and the tokenizer (megabytes). Loading it needs the same base model."""
+    path = _fresh_folder(path, overwrite)
+    if hasattr(model, "save_lora"):  # Unsloth with fast_inference: the form vLLM's load_lora reads
+        model.save_lora(str(path))
+    else:
+        model.save_pretrained(str(path))
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new_tokens: int = 16) -> dict:
+    """Reload the saved adapter onto a fresh base model and compare greedy answers with the model in memory.
+
+    Returns {"match": bool, "prompts": [...], "original": [...], "reloaded": [...]}.
+    CPU: a second embedded model + the adapter through peft. GPU: vLLM answers with the saved adapter folder
+    (lora_request) against the in-memory model's own generate.
+    """
+    from dataclasses import replace
+
+    from helpers.model import generate
+
+    s = replace(settings, eval_max_new_tokens=max_new_tokens)
+    if prompts is None:
+        from helpers import data
+
+        prompts = [r["prompt"] for r in data.synthetic_problems(3, "heldout", seed=settings.seed)]
+    if hasattr(model, "fast_generate"):
+        original = generate(model, tokenizer, prompts, s, greedy=True, lora_path=adapter_path)
+        reloaded = generate(model, tokenizer, prompts, s, greedy=True, lora_path=adapter_path)
+    else:
+        from helpers.model import load_cpu
+
+        original = generate(model, tokenizer, prompts, s, greedy=True)
+        fresh, fresh_tok = load_cpu(settings, adapter_path=adapter_path)
+        reloaded = generate(fresh, fresh_tok, prompts, s, greedy=True)
+    return {"match": original == reloaded, "prompts": prompts, "original": original, "reloaded": reloaded}
+
+
+# ----------------------------------------------------------------------------------------- merged
+
+
+def merged_16bit_kwargs() -> dict:
+    """Keyword arguments for Unsloth's model.save_pretrained_merged (contract-tested against the pin)."""
+    return dict(save_method="merged_16bit")
+
+
+def export_merged(model, tokenizer, path, settings=None, adapter_path=None, overwrite: bool = False,
+                  dtype: str = "float16") -> Path:
+    """One standalone model folder with the adapter merged into 16-bit weights (no peft needed to load it).
+
+    GPU (Unsloth): model.save_pretrained_merged(path, tokenizer, save_method="merged_16bit").
+    CPU (peft): the adapter is merged with merge_and_unload() into a COPY of the model (from adapter_path when
+    given, else a deep copy), so the model in memory keeps its adapter; saved as `dtype` safetensors.
+    """
+    import copy
+
+    import torch
+
+    path = _fresh_folder(path, overwrite)
+    if _is_unsloth(model):
+        model.save_pretrained_merged(str(path), tokenizer, **merged_16bit_kwargs())
+        return path
+    if adapter_path is not None:
+        from helpers.model import load_cpu
+
+        work, _ = load_cpu(settings, adapter_path=adapter_path)
+    else:
+        work = copy.deepcopy(model)
+    merged = work.merge_and_unload().to(getattr(torch, dtype))
+    merged.save_pretrained(str(path), safe_serialization=True)
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def load_merged(path, dtype: str = "float16"):
+    """(model, tokenizer) from an exported merged folder, with plain transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)), tokenizer
+
+
+# ----------------------------------------------------------------------------------------- GGUF
+
+
+def gguf_kwargs(quantization_method: str = "q4_k_m") -> dict:
+    """Keyword arguments for Unsloth's model.save_pretrained_gguf (contract-tested against the pin)."""
+    return dict(quantization_method=quantization_method)
+
+
+def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", overwrite: bool = False) -> Path:
+    """A GGUF file (llama.cpp, Ollama, LM Studio) through Unsloth. GPU only."""
+    if not hasattr(model, "save_pretrained_gguf"):
+        raise SharingError(
+            "GGUF export goes through Unsloth's save_pretrained_gguf, which this kit uses on the GPU path only "
+            "(the CPU path has a plain transformers + peft model). On the CPU: export_merged(...) and convert that "
+            "folder with llama.cpp's convert_hf_to_gguf.py; on Colab: run this on a T4 runtime."
+        )
+    path = _fresh_folder(path, overwrite)
+    model.save_pretrained_gguf(str(path), tokenizer, **gguf_kwargs(quantization_method))
+    return path
+
+
+# ----------------------------------------------------------------------------------------- the Hub
+
+
+def hf_token(environ=None, userdata=None) -> str:
+    """The token from Colab secrets, else $HF_TOKEN; MissingTokenError (with how to add it) otherwise.
+
+    The value is returned to the caller only; it is never printed. `userdata` replaces google.colab.userdata
+    (tests).
+    """
+    environ = os.environ if environ is None else environ
+    if userdata is None and any(k.startswith("COLAB_") for k in environ):
+        try:
+            from google.colab import userdata  # noqa: PLC0415 - Colab only
+        except ImportError:
+            userdata = None
+    if userdata is not None:
+        try:
+            token = userdata.get(TOKEN_NAME)
+        except Exception:  # noqa: BLE001 - SecretNotFoundError / NotebookAccessError: fall through to the env var
+            token = None
+        if token:
+            return token
+    token = environ.get(TOKEN_NAME)
+    if token:
+        return token
+    raise MissingTokenError(MISSING_TOKEN)
+
+
+def redact(text: str, token: str) -> str:
+    return text.replace(token, "<HF_TOKEN hidden>") if token else text
+
+
+def push_folder(folder, repo_id: str, private: bool = True, token: str | None = None, api=None,
+                commit_message: str = "Upload from the GRPO course kit") -> str:
+    """Upload an exported folder (adapter, merged model or GGUF) to the Hub; returns the repo URL.
+
+    The token comes from hf_token() unless given; `api` replaces huggingface_hub.HfApi() (tests). An error from
+    the upload is re-raised with the token scrubbed from its message, and without the original traceback
+    (which could hold it in a local variable's repr).
+    """
+    folder = Path(folder)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        raise SharingError(f"{folder} is missing or empty: export something into it first")
+    if "/" not in repo_id:
+        raise SharingError(f"repo_id={repo_id!r}: use 'your-username/model-name'")
+    token = token or hf_token()
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    try:
+        api.create_repo(repo_id, token=token, private=private, exist_ok=True)
+        api.upload_folder(folder_path=str(folder), repo_id=repo_id, token=token, commit_message=commit_message)
+    except Exception as err:  # noqa: BLE001 - re-raised below without the token
+        message = redact(f"{type(err).__name__}: {err}", token)
+        raise SharingError(f"upload to {repo_id} failed: {message}") from None
+    url = f"https://huggingface.co/{repo_id}"
+    print(f"[grpo-kit] uploaded {folder} to {url}")
+    return url
+
+
+def push_merged_kwargs(token: str) -> dict:
+    """Keyword arguments for Unsloth's model.push_to_hub_merged (contract-tested against the pin)."""
+    return dict(save_method="merged_16bit", token=token, private=True)
+
+
+def push_gguf_kwargs(token: str, quantization_method: str = "q4_k_m") -> dict:
+    """Keyword arguments for Unsloth's model.push_to_hub_gguf (contract-tested against the pin)."""
+    return dict(quantization_method=quantization_method, token=token, private=True)
+
+
+def push_unsloth(model, tokenizer, repo_id: str, kind: str = "merged", token: str | None = None) -> str:
+    """GPU: Unsloth's own push_to_hub_merged / push_to_hub_gguf (they export and upload in one call)."""
+    if kind not in ("merged", "gguf"):
+        raise SharingError(f"kind={kind!r}: use 'merged' or 'gguf'")
+    if not _is_unsloth(model):
+        raise SharingError("push_unsloth needs the Unsloth model (GPU path). On the CPU: export_merged(...) then "
+                           "push_folder(...).")
+    token = token or hf_token()
+    try:
+        if kind == "merged":
+            model.push_to_hub_merged(repo_id, tokenizer, **push_merged_kwargs(token))
+        else:
+            model.push_to_hub_gguf(repo_id, tokenizer, **push_gguf_kwargs(token))
+    except Exception as err:  # noqa: BLE001
+        raise SharingError(f"upload to {repo_id} failed: {redact(f'{type(err).__name__}: {err}', token)}") from None
+    return f"https://huggingface.co/{repo_id}"

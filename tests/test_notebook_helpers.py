@@ -1,0 +1,150 @@
+"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.course, helpers.reward_lab)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import course, notebook_setup, reward_lab, train
+from helpers.runtime import RuntimeProblem, fake_runtime
+from helpers.training import PresetError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_kit_root_is_found_from_the_notebooks_folder():
+    assert notebook_setup.kit_root(ROOT / "notebooks") == ROOT
+    assert notebook_setup.kit_root(ROOT) == ROOT
+
+
+def test_kit_root_outside_the_kit_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook_setup, "COLAB_DIR", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="notebooks/ folder"):
+        notebook_setup.kit_root(tmp_path)
+
+
+def test_on_colab_needs_a_colab_variable():
+    assert notebook_setup.on_colab({"COLAB_RELEASE_TAG": "x"})
+    assert not notebook_setup.on_colab({"HOME": "/root"})
+
+
+def test_install_if_colab_does_nothing_off_colab(monkeypatch, tmp_path):
+    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    assert notebook_setup.install_if_colab(tmp_path) is False
+    assert not (tmp_path / notebook_setup.INSTALL_MARKER).exists()
+
+
+def test_install_if_colab_skips_when_already_installed(monkeypatch, tmp_path):
+    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: True)
+    (tmp_path / notebook_setup.INSTALL_MARKER).write_text("installed\n")
+    assert notebook_setup.install_if_colab(tmp_path) is False
+
+
+def test_preset_is_chosen_from_the_runtime():
+    assert notebook_setup.resolve_preset_name(None, fake_runtime("cpu")) == "cpu"
+    assert notebook_setup.resolve_preset_name(None, fake_runtime("t4")) == "t4"
+    assert notebook_setup.resolve_preset_name("cpu", fake_runtime("t4")) == "cpu"
+
+
+def test_prepare_on_this_machine_drops_none_overrides(tmp_path):
+    kit = notebook_setup.prepare("cpu", run_dir="runs/x", root=ROOT, quiet=True, max_steps=None, eval_size=3)
+    assert kit.preset.name == "cpu" and kit.preset.eval_size == 3
+    assert kit.overrides == {"eval_size": 3}
+    assert kit.run_dir == ROOT / "runs" / "x"
+    absolute = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
+    assert absolute.run_dir == tmp_path
+
+
+def test_prepare_rejects_bad_settings_before_loading():
+    with pytest.raises(PresetError, match="num_generations"):
+        notebook_setup.prepare("cpu", root=ROOT, quiet=True, num_generations=1)
+
+
+def test_prepare_with_the_gpu_preset_on_cpu_says_the_fix(monkeypatch):
+    from helpers import runtime
+
+    monkeypatch.setattr(runtime, "detect", lambda: fake_runtime("cpu", on_colab=True))
+    with pytest.raises((RuntimeProblem, PresetError), match="Runtime > Change runtime type > T4 GPU"):
+        notebook_setup.prepare(None, root=ROOT, quiet=True)
+
+
+def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
+    from helpers import runtime
+
+    monkeypatch.setattr(runtime, "detect", lambda: fake_runtime("t4", on_colab=True, free_gpu_gb=3.0))
+    with pytest.raises(RuntimeProblem, match="Only 3.00 GB of GPU memory is free"):
+        notebook_setup.prepare(None, root=ROOT, quiet=True)
+
+
+def test_train_argv_round_trips_through_the_cli_parser(tmp_path):
+    kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, max_steps=2, eval_size=4,
+                                 num_generations=4, per_device_train_batch_size=4, max_completion_length=32)
+    args = train.parse_args(kit.train_argv(overwrite=True))
+    assert args.preset == "cpu" and args.run_dir == tmp_path and args.overwrite
+    assert train.overrides_from(args) == {"max_steps": 2, "eval_size": 4, "num_generations": 4,
+                                          "per_device_train_batch_size": 4, "max_completion_length": 32}
+
+
+def test_missing_adapter_message_names_both_ways_out(tmp_path):
+    kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
+    assert course.find_adapter(tmp_path) is None
+    with pytest.raises(FileNotFoundError, match="run 05_train first, or set TRAIN_IF_MISSING=True"):
+        course.ensure_adapter(kit, train_if_missing=False)
+
+
+def test_find_adapter_needs_config_and_weights(tmp_path):
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    assert course.find_adapter(tmp_path) is None
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"")
+    assert course.find_adapter(tmp_path) == tmp_path / "adapter"
+
+
+def test_plot_training_handles_rss_and_memory_keys(tmp_path):
+    rows = [{"step": 1, "reward": 0.5, "reward_std": 0.1, "frac_reward_zero_std": 0.5,
+             "rewards/correctness_reward/mean": 0.0, "completions/mean_length": 30.0},
+            {"step": 2, "reward": 0.7, "reward_std": 0.2, "frac_reward_zero_std": 0.0,
+             "rewards/correctness_reward/mean": 0.5, "completions/mean_length": 28.0}]
+    course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
+    course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
+    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+
+
+def test_rss_sampler_records_something():
+    import time
+
+    with course.RssSampler(interval=0.01) as rss:
+        time.sleep(0.05)
+    assert rss.samples and rss.peak_gb > 0
+
+
+def test_memory_snapshot_on_cpu_has_rss_only():
+    snap = course.memory_snapshot("now")
+    assert snap["rss_gb"] > 0 and "cuda_allocated_gb" not in snap
+
+
+def test_hand_written_table_ranks_the_perfect_completion_first():
+    table = reward_lab.score_table(reward_lab.HAND_WRITTEN)
+    assert table["perfect"]["total"] == 4.0
+    assert max(row["total"] for row in table.values()) == 4.0
+    assert table["empty"]["total"] == 0.0
+
+
+def test_hacking_demo_naive_rewards_are_gamed_and_the_kits_are_not():
+    demo = reward_lab.hacking_demo()
+    naive, kit = demo["naive"], demo["kit"]
+    assert max(naive[h]["total"] for h in reward_lab.HACKS) > naive["honest, formatted"]["total"]
+    assert all(kit[h]["total"] < kit["honest, formatted"]["total"] for h in reward_lab.HACKS)
+    assert kit["repeated tags"]["tag_count_reward"] == 0.0
+    assert kit["hedged answer"]["correctness_reward"] == 0.0
+    assert kit["number dump"]["correctness_reward"] == 0.0
+
+
+def test_playground_rescores_on_every_edit():
+    pg = reward_lab.playground()
+    assert pg.scores["total"] == 4.0
+    pg.textarea.value = "<answer>12</answer>"
+    assert pg.scores["strict_format_reward"] == 0.0 and pg.scores["correctness_reward"] == 2.0
+    pg.gold.value = "13"
+    assert pg.scores["correctness_reward"] == 0.0

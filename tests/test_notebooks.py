@@ -1,0 +1,245 @@
+"""The course notebooks: committed clean and well-formed (fast), and each runs top to bottom on CPU (slow).
+
+The slow tests execute every notebooks/0[1-6]*.ipynb with papermill from the notebooks/ folder, with tiny
+parameters (2 GRPO steps, 4 generations, 4 held-out questions), into a temporary output notebook: the committed
+notebooks are never rewritten. 05 and 06 share one temporary RUN_DIR, as a student's runs/course would be; a
+separate test starts 06 in an empty RUN_DIR to check it stands on its own (it trains a tiny run itself).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[1-6]*.ipynb"))
+EXPECTED = ["01_setup", "02_load_model", "03_data", "04_rewards", "05_train", "06_evaluate_and_save"]
+REPO_SLUG = "grpo-course-kit/grpo-course-kit"
+REQUIRED_PARAMETERS = ("PRESET", "MAX_STEPS", "EVAL_SIZE", "RUN_DIR")
+
+# What CI runs: the cpu preset with the smallest settings that still exercise every step.
+TINY = {
+    "PRESET": "cpu",
+    "MAX_STEPS": 2,
+    "EVAL_SIZE": 4,
+    "NUM_GENERATIONS": 4,
+    "BATCH_SIZE": 4,
+    "MAX_COMPLETION_LENGTH": 32,
+    "EVAL_MAX_NEW_TOKENS": 32,
+}
+CELL_TIMEOUT_S = 900
+
+
+def _read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def _ids(paths):
+    return [p.stem for p in paths]
+
+
+def _setup_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and "notebook_setup" in c.source]
+
+
+def _markdown(nb) -> str:
+    return "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+# ------------------------------------------------------------------------------------------- fast: structure
+
+
+def test_the_six_notebooks_exist():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_committed_without_outputs(path):
+    nb = _read(path)
+    nbformat.validate(nb)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; clear them before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_opens_with_badge_objectives_and_expected_time(path):
+    nb = _read(path)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown"
+    badge = f"https://colab.research.google.com/github/{REPO_SLUG}/blob/main/notebooks/{path.name}"
+    assert first.source.startswith("[![Open In Colab]"), "the first line must be the Open-in-Colab badge"
+    assert badge in first.source
+    assert "Learning objectives" in first.source
+    assert re.search(r"Expected time on a free Colab T4:\*\*[^\n]*\(estimate, not yet measured\)", first.source)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_parameters_cell_then_one_setup_cell(path):
+    nb = _read(path)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters' (papermill)"
+    params = nb.cells[tagged[0]]
+    assert params.cell_type == "code"
+    for name in REQUIRED_PARAMETERS:
+        assert re.search(rf"^{name}\s*=", params.source, re.M), f"parameter {name} missing"
+    assert re.search(r"^PRESET\s*=\s*None", params.source, re.M), "PRESET defaults to None (automatic)"
+    setups = _setup_cells(nb)
+    assert len(setups) == 1, "exactly one setup cell"
+    setup_index = nb.cells.index(setups[0])
+    assert tagged[0] < setup_index <= 3, "parameters first, the setup cell right after, both near the top"
+    for name in (*REQUIRED_PARAMETERS, "NUM_GENERATIONS", "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS"):
+        assert re.search(rf"^{name}\s*=", params.source, re.M), f"the setup cell reads {name}; define it"
+
+
+def test_setup_cell_is_identical_everywhere():
+    sources = {p.stem: _setup_cells(_read(p))[0].source for p in NOTEBOOKS}
+    assert len(set(sources.values())) == 1, "the setup cell must be the same text in every notebook"
+    source = next(iter(sources.values()))
+    assert 'k.startswith("COLAB_")' in source
+    assert f"https://github.com/{REPO_SLUG}" in source and "/content/grpo-course-kit" in source
+    assert "install_if_colab" in source and "setup.prepare(" in source
+    assert len(source.splitlines()) <= 16, "keep the setup cell tiny: logic belongs in helpers/notebook_setup.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_ends_with_recap_and_exercises(path):
+    last = _read(path).cells[-1]
+    assert last.cell_type == "markdown"
+    assert "## Recap" in last.source and "## Exercises" in last.source
+    exercises = last.source.split("## Exercises", 1)[1]
+    assert 1 <= len(re.findall(r"^\d+\. ", exercises, re.M)) <= 3
+
+
+def test_06_has_the_export_placeholder():
+    text = _markdown(_read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb"))
+    assert "Export (coming in a later lesson)" in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_kernel_is_python3(path):
+    assert _read(path).metadata["kernelspec"]["name"] == "python3"
+
+
+# ------------------------------------------------------------------------------------------- slow: execution
+
+
+def _execute(name: str, out_dir: Path, **parameters):
+    papermill = pytest.importorskip("papermill")
+    output = out_dir / f"{name}.out.ipynb"
+    papermill.execute_notebook(
+        str(NOTEBOOK_DIR / f"{name}.ipynb"),
+        str(output),
+        parameters={**TINY, **parameters},
+        kernel_name="python3",
+        cwd=str(NOTEBOOK_DIR),
+        progress_bar=False,
+        execution_timeout=CELL_TIMEOUT_S,
+    )
+    return _read(output)
+
+
+def _text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                parts.append(out.text)
+            elif "data" in out and "text/plain" in out.data:
+                parts.append(out.data["text/plain"])
+    return "\n".join(parts)
+
+
+def _has_image(nb) -> bool:
+    return any("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
+
+
+@pytest.fixture(scope="module")
+def shared_run_dir(tmp_path_factory):
+    """The RUN_DIR 05 writes and 06 reads (a student's runs/course)."""
+    return tmp_path_factory.mktemp("course-run")
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("executed-notebooks")
+
+
+@pytest.mark.slow
+def test_01_setup_runs(out_dir, shared_run_dir):
+    nb = _execute("01_setup", out_dir, RUN_DIR=str(shared_run_dir))
+    text = _text(nb)
+    assert "runtime:" in text and "precision flags for training" in text
+    assert "STOP - No GPU is attached to this Colab session" in text
+    assert "OK - precision flags {'bf16': False, 'fp16': True}" in text  # a T4 trains in fp16
+
+
+@pytest.mark.slow
+def test_02_load_model_runs(out_dir, shared_run_dir):
+    nb = _execute("02_load_model", out_dir, RUN_DIR=str(shared_run_dir))
+    text = _text(nb)
+    assert "trainable params" in text
+    assert "rss_gb" in text and "need a GPU" in text  # CPU: says the CUDA figures need a GPU, shows RSS
+    assert text.count("--- rewards:") == min(3, TINY["EVAL_SIZE"])
+
+
+@pytest.mark.slow
+def test_03_data_runs(out_dir, shared_run_dir):
+    nb = _execute("03_data", out_dir, RUN_DIR=str(shared_run_dir))
+    text = _text(nb)
+    assert re.search(r"max_prompt_length=256: kept \d+, dropped \d+", text)
+    assert re.search(r"\(the median\): kept \d+, dropped [1-9]\d*", text), "the tight limit drops something"
+    assert _has_image(nb), "the prompt-length histogram"
+
+
+@pytest.mark.slow
+def test_04_rewards_runs(out_dir, shared_run_dir):
+    nb = _execute("04_rewards", out_dir, RUN_DIR=str(shared_run_dir))
+    text = _text(nb)
+    assert re.search(r"^perfect\s+2\.000\s+0\.500\s+0\.500\s+0\.500\s+0\.500\s+4\.000$", text, re.M)
+    assert "'total': 4.0" in text  # the playground's score dict
+    assert "NAIVE rewards" in text and "repeated tags" in text
+    assert "best hack under the kit's rewards" in text
+
+
+@pytest.mark.slow
+def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
+    _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
+    rows = [json.loads(line) for line in (shared_run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert len(rows) == TINY["MAX_STEPS"]
+    assert "reward" in rows[0] and "reward_std" in rows[0]
+    for name in ("reward_curve.png", "training_curves.png", "summary.json", "samples.jsonl",
+                 "adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
+        assert (shared_run_dir / name).is_file(), f"05 must write {name}"
+    assert json.loads((shared_run_dir / "summary.json").read_text())["steps"] == TINY["MAX_STEPS"]
+
+
+def _check_eval_outputs(run_dir: Path):
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["before"]["n"] == result["after"]["n"] == TINY["EVAL_SIZE"]
+    assert len(result["samples"]) == TINY["EVAL_SIZE"]
+    assert (run_dir / "final_adapter" / "adapter_config.json").is_file()
+    assert (run_dir / "final_adapter" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
+    had_adapter = (shared_run_dir / "adapter" / "adapter_config.json").is_file()  # False when run without 05
+    nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir))
+    if had_adapter:
+        assert "using the adapter saved by 05_train" in _text(nb)
+    _check_eval_outputs(shared_run_dir)
+    assert "Export (coming in a later lesson)" in _markdown(nb)
+
+
+@pytest.mark.slow
+def test_06_stands_alone(out_dir, tmp_path):
+    """No adapter from 05: 06 says so, trains a tiny run itself (TRAIN_IF_MISSING defaults to True) and goes on."""
+    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"))
+    text = _text(nb)
+    assert "run 05_train first, or set TRAIN_IF_MISSING=True" in text
+    _check_eval_outputs(tmp_path / "fresh-run")

@@ -1,0 +1,96 @@
+"""Kill a real CPU training run with SIGKILL mid-training, start the same command again, and check it resumes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.checkpoints import checkpoint_problems, list_checkpoints
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--preset", "cpu", "--max-steps", "3", "--eval-size", "2", "--num-generations", "4", "--batch-size", "4",
+        "--max-completion-length", "16", "--eval-max-new-tokens", "8", "--save-steps", "1", "--keep", "5",
+        "--dashboard", "headless"]
+
+
+def _steps(path):
+    return [json.loads(line)["step"] for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_sigkill_then_same_command_resumes_from_the_latest_complete_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "helpers.train", *TINY, "--run-dir", str(run)]
+    first_log = tmp_path / "first.log"
+    with open(first_log, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        ckpt1 = run / "trainer" / "checkpoint-1"
+        deadline = time.time() + 600
+        try:
+            while time.time() < deadline and proc.poll() is None:
+                if ckpt1.is_dir() and not checkpoint_problems(ckpt1):
+                    break
+                time.sleep(0.2)
+            assert proc.poll() is None, "the first run ended before it could be killed:\n" + first_log.read_text()[-3000:]
+            assert not checkpoint_problems(ckpt1), first_log.read_text()[-3000:]
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-training: step 2 is being generated
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run / "summary.json").exists() and (run / "before.json").exists()
+    killed_at = max(c.step for c in list_checkpoints(run / "trainer") if c.complete)
+
+    # What a kill during a save leaves behind: a newer checkpoint folder without trainer_state.json and with a
+    # truncated optimizer. It must be named, never loaded, and not deleted.
+    partial = run / "trainer" / f"checkpoint-{killed_at + 1}"
+    if not partial.exists():
+        partial.mkdir()
+        (partial / "optimizer.pt").write_bytes(b"PK\x03\x04 truncated")
+    # A metrics line for a step that was logged but never checkpointed: it must not appear twice.
+    steps_before = _steps(run / "metrics.jsonl")
+    if killed_at + 1 not in steps_before:
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": killed_at + 1, "reward": 0.0}) + "\n")
+    before_json = (run / "before.json").read_text()
+
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    assert f"resuming from step {killed_at}" in out
+    assert f"skipping checkpoint-{killed_at + 1}" in out and "moved the incomplete" in out
+    assert "reusing before.json" in out and (run / "before.json").read_text() == before_json
+    # Training continued at the next step instead of starting over.
+    assert f"step {killed_at + 1}/3" in out and f"step {killed_at}/3 |" not in out
+
+    assert _steps(run / "metrics.jsonl") == [1, 2, 3]  # no duplicate, nothing missing
+    assert (run / "metrics.redone.jsonl").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["resumed_from_step"] == killed_at
+    ckpts = list_checkpoints(run / "trainer")
+    assert [c.step for c in ckpts] == list(range(1, 4)) and all(c.complete for c in ckpts)
+    state = json.loads((run / "trainer" / "checkpoint-3" / "trainer_state.json").read_text())
+    logged = [h["step"] for h in state["log_history"] if "reward" in h]
+    assert state["global_step"] == 3 and logged == [1, 2, 3]
+    assert any(p.name.startswith(f"incomplete-checkpoint-{killed_at + 1}") for p in (run / "trainer").iterdir())
+    report = json.loads((run / "eval.json").read_text())
+    assert report["greedy"]["before"]["n"] == 2 and len(report["samples"]) == 2
+    assert (run / "dashboard.png").read_bytes()[:4] == b"\x89PNG"
+
+    # A finished run is refused without --overwrite, and nothing in it changes.
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert json.loads((run / "summary.json").read_text()) == summary
+
+    # The saved adapter can be evaluated on its own, with sampled pass@k.
+    ev = subprocess.run([sys.executable, "-m", "helpers.evaluate", "--run-dir", str(run), "--samples", "2"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    report = json.loads((run / "eval.json").read_text())
+    assert set(report["pass_at_k"]["after"]) >= {"pass@1", "pass@2", "correct_counts"}

@@ -1,0 +1,145 @@
+"""Sharing on CPU with the embedded model: adapter and merged model round trips give identical greedy answers;
+export folders are never overwritten silently; the Hugging Face token is never printed or logged."""
+
+import copy
+import logging
+from dataclasses import replace
+
+import pytest
+import torch
+
+from helpers import sharing
+from helpers.model import generate, load_cpu
+from helpers.training import get_preset
+
+PRESET = replace(get_preset("cpu"), eval_max_new_tokens=8)
+PROMPTS = ["What is 2 + 3?", "Sam has 4 apples and eats 1. How many are left?"]
+FAKE_TOKEN = "hf_FAKEtoken1234567890abcdefSECRET"
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The embedded model with a LoRA adapter whose B matrices are no longer zero (as after training)."""
+    model, tokenizer = load_cpu(PRESET)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return model, tokenizer
+
+
+def test_adapter_round_trip_gives_identical_greedy_answers(trained, tmp_path):
+    model, tokenizer = trained
+    path = sharing.save_adapter(model, tokenizer, tmp_path / "adapter")
+    assert (path / "adapter_config.json").is_file() and (path / "adapter_model.safetensors").is_file()
+    check = sharing.check_reload(model, tokenizer, path, PRESET, prompts=PROMPTS, max_new_tokens=8)
+    assert check["match"], check
+    with pytest.raises(sharing.SharingError, match="already exists"):
+        sharing.save_adapter(model, tokenizer, tmp_path / "adapter")
+
+
+def test_merged_model_round_trip(trained, tmp_path):
+    model, tokenizer = trained
+    with_adapter = generate(model, tokenizer, PROMPTS, PRESET, greedy=True)
+    # Merging is exact in fp32: the merged model answers like the adapter model.
+    p32 = sharing.export_merged(model, tokenizer, tmp_path / "merged32", PRESET, dtype="float32")
+    m32, t32 = sharing.load_merged(p32, dtype="float32")
+    assert not any("lora" in n for n, _ in m32.named_parameters())  # a plain model: no peft needed
+    assert generate(m32, t32, PROMPTS, PRESET, greedy=True) == with_adapter
+    assert any("lora_B" in n for n, _ in model.named_parameters())  # the model in memory keeps its adapter
+    # The 16-bit export reloads to exactly what was saved.
+    p16 = sharing.export_merged(model, tokenizer, tmp_path / "merged16", PRESET)
+    m16, t16 = sharing.load_merged(p16)
+    assert next(m16.parameters()).dtype == torch.float16
+    in_memory = copy.deepcopy(model).merge_and_unload().to(torch.float16)
+    assert generate(m16, t16, PROMPTS, PRESET, greedy=True) == generate(in_memory, tokenizer, PROMPTS, PRESET,
+                                                                          greedy=True)
+    with pytest.raises(sharing.SharingError, match="already exists"):
+        sharing.export_merged(model, tokenizer, p16, PRESET)
+    assert (p16 / "config.json").is_file()  # untouched
+
+
+def test_gguf_on_cpu_says_where_it_works(trained, tmp_path):
+    model, tokenizer = trained
+    with pytest.raises(sharing.SharingError, match="GPU path only"):
+        sharing.export_gguf(model, tokenizer, tmp_path / "gguf")
+    assert not (tmp_path / "gguf").exists()
+
+
+# ------------------------------------------------------------------------------------------ token
+
+
+class FakeUserdata:
+    def __init__(self, value=None, error=None):
+        self.value, self.error = value, error
+
+    def get(self, key):
+        assert key == "HF_TOKEN"
+        if self.error:
+            raise self.error
+        return self.value
+
+
+def test_token_from_colab_secrets_then_environment():
+    assert sharing.hf_token(environ={}, userdata=FakeUserdata(FAKE_TOKEN)) == FAKE_TOKEN
+    no_access = FakeUserdata(error=RuntimeError("NotebookAccessError"))
+    assert sharing.hf_token(environ={"HF_TOKEN": FAKE_TOKEN}, userdata=no_access) == FAKE_TOKEN
+
+
+def test_missing_token_explains_how_to_add_it():
+    with pytest.raises(sharing.MissingTokenError) as err:
+        sharing.hf_token(environ={}, userdata=FakeUserdata(None))
+    msg = str(err.value)
+    assert "key icon" in msg and "Secrets" in msg and "HF_TOKEN" in msg and "Notebook access" in msg
+
+
+class FakeApi:
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+
+    def create_repo(self, repo_id, token=None, private=None, exist_ok=None):
+        self.calls.append(("create_repo", repo_id, token, private))
+        logging.getLogger("huggingface_hub").info("creating %s", repo_id)
+
+    def upload_folder(self, folder_path, repo_id, token=None, commit_message=None):
+        self.calls.append(("upload_folder", folder_path, repo_id, token))
+        if self.fail:
+            raise PermissionError(f"401 Unauthorized for token {token}")
+
+
+def test_push_uses_the_token_but_never_prints_or_logs_it(tmp_path, monkeypatch, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    folder = tmp_path / "merged"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    api = FakeApi()
+    url = sharing.push_folder(folder, "someone/grpo-math", api=api)
+    assert url == "https://huggingface.co/someone/grpo-math"
+    assert api.calls[0] == ("create_repo", "someone/grpo-math", FAKE_TOKEN, True) and api.calls[1][3] == FAKE_TOKEN
+
+    with pytest.raises(sharing.SharingError) as err:
+        sharing.push_folder(folder, "someone/grpo-math", api=FakeApi(fail=True))
+    assert FAKE_TOKEN not in str(err.value) and "<HF_TOKEN hidden>" in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+    out = capsys.readouterr()
+    assert FAKE_TOKEN not in out.out + out.err
+    assert FAKE_TOKEN not in caplog.text
+    assert not any(FAKE_TOKEN in p.read_text(errors="ignore") for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_push_refuses_empty_folders_and_bad_repo_ids(tmp_path):
+    with pytest.raises(sharing.SharingError, match="missing or empty"):
+        sharing.push_folder(tmp_path / "nothing", "a/b", token=FAKE_TOKEN, api=FakeApi())
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "f").write_text("1")
+    with pytest.raises(sharing.SharingError, match="your-username/model-name"):
+        sharing.push_folder(tmp_path / "x", "no-slash", token=FAKE_TOKEN, api=FakeApi())
+
+
+def test_unsloth_push_needs_the_gpu_model(trained):
+    model, tokenizer = trained
+    with pytest.raises(sharing.SharingError, match="GPU path"):
+        sharing.push_unsloth(model, tokenizer, "a/b", token=FAKE_TOKEN)
