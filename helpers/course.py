@@ -1,8 +1,10 @@
 """Notebook-sized steps of the course: each function is one cell's worth of work, so notebooks stay narrative.
 
 01 environment_report; 02 memory_snapshot / nvidia_smi / show_untrained_answers / plot_predicted_memory;
-03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run / RssSampler /
-plot_training; 06 find_adapter / ensure_adapter / load_for_eval / evaluate_before_after / save_final_adapter.
+03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run (resumes by default) /
+checkpoint_dir_for / RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
+evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
+attach_trained_adapter.
 The training itself is helpers.train.run; the rewards playground is in helpers.reward_lab.
 """
 
@@ -260,16 +262,47 @@ class RssSampler:
         return max((gb for _, gb in self.samples), default=float("nan"))
 
 
-def train_run(kit, run_dir=None, overwrite: bool = True, **changes) -> dict:
-    """helpers.train.run for the kit's preset and overrides (plus `changes`, e.g. max_steps=2); returns the summary."""
+def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
+              checkpoint_dir=None, dashboard: str | None = None, **changes) -> dict:
+    """helpers.train.run for the kit's preset and overrides (plus `changes`, e.g. max_steps=2); returns the summary.
+
+    Resumes by default: running it again with the same run folder continues an unfinished run from its latest
+    complete checkpoint (helpers.train.plan_run), and a finished run is shown, not retrained. overwrite=True
+    (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
+    are the CLI's --save-steps / --keep / --checkpoint-dir / --dashboard (None: the CLI's defaults).
+    """
     from helpers import train
     from helpers.notebook_setup import Kit
 
     if changes:
         kit = Kit(root=kit.root, runtime=kit.runtime, preset=kit.preset, run_dir=kit.run_dir,
                   overrides={**kit.overrides, **changes})
-    args = train.parse_args(kit.train_argv(run_dir=run_dir, overwrite=overwrite))
-    return train.run(args)
+    target = Path(run_dir or kit.run_dir)
+    if not overwrite and (target / "summary.json").is_file():
+        print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
+              "again, choose another RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
+        return json.loads((target / "summary.json").read_text())
+    argv = kit.train_argv(run_dir=run_dir, overwrite=overwrite)
+    for flag, value in (("--save-steps", save_steps), ("--keep", keep), ("--checkpoint-dir", checkpoint_dir),
+                        ("--dashboard", dashboard)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return train.run(train.parse_args(argv))
+
+
+def checkpoint_dir_for(kit, use_drive: bool = False) -> Path | None:
+    """Where 05 keeps its checkpoints: None (the run folder's trainer/, the default) or, with use_drive=True on
+    Colab, a folder on Google Drive (helpers.checkpoints.checkpoint_root mounts Drive, asking once). Off Colab,
+    use_drive=True raises a ValueError that says why."""
+    if not use_drive:
+        print(f"[grpo-kit] checkpoints go to {Path(kit.run_dir) / 'trainer'} (set USE_DRIVE = True on Colab to "
+              "keep them on Google Drive, which survives a disconnect)")
+        return None
+    from helpers.checkpoints import checkpoint_root
+
+    folder = checkpoint_root(use_drive=True, run_dir=kit.run_dir)
+    print(f"[grpo-kit] checkpoints go to Google Drive: {folder}")
+    return folder
 
 
 def _series(rows, key):
@@ -428,11 +461,12 @@ def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dic
     return {"before": before, "after": after}
 
 
-def write_eval(result: dict, path, settings=None) -> Path:
-    """Save the before/after evaluation as eval.json, in the same layout helpers.train and helpers.evaluate write."""
+def write_eval(result: dict, path, settings=None, pass_at_k: dict | None = None) -> Path:
+    """Save the before/after evaluation (and sampled pass@k, if measured) as eval.json, in the same layout
+    helpers.train and helpers.evaluate write."""
     from helpers.evaluation import eval_report, write_eval as write_report
 
-    return write_report(path, eval_report(result["before"], result["after"], settings))
+    return write_report(path, eval_report(result["before"], result["after"], settings, pass_at_k=pass_at_k))
 
 
 def print_before_after(result: dict, n_samples: int = 2) -> None:
@@ -442,28 +476,53 @@ def print_before_after(result: dict, n_samples: int = 2) -> None:
     show_side_by_side(result["before"], result["after"], limit=n_samples)
 
 
-def save_final_adapter(model, tokenizer, kit, adapter_path, target) -> Path:
+def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: bool = False) -> Path:
     """Save the trained LoRA adapter to `target` and list its files: megabytes, not the whole model.
 
-    CPU: the peft model holds the trained adapter, so it is saved with helpers.train.save_adapter.
+    A folder that already holds files is never deleted silently: helpers.sharing refuses (SharingError, with the
+    fix) unless overwrite=True, and then says what it replaces.
+    CPU: the peft model holds the trained adapter, so it is saved with helpers.sharing.save_adapter.
     GPU: the trained weights live in the folder vLLM reads (model.save_lora wrote it), so that folder is copied.
     """
-    target = Path(target)
-    if target.exists():
-        shutil.rmtree(target)
-    if kit.preset.backend == "cpu":
-        from helpers.train import save_adapter
+    from helpers import sharing
 
-        save_adapter(model, tokenizer, target)
+    target = Path(target)
+    if kit.preset.backend == "cpu":
+        sharing.save_adapter(model, tokenizer, target, overwrite=overwrite)
     else:
-        shutil.copytree(adapter_path, target)
-    total = 0
-    for f in sorted(target.iterdir()):
-        size = f.stat().st_size if f.is_file() else 0
-        total += size
-        print(f"  {f.name:<32} {size / 1e6:8.2f} MB")
-    print(f"  {'total':<32} {total / 1e6:8.2f} MB  (the base model is not in here: load it, then the adapter)")
+        target = sharing._fresh_folder(target, overwrite)
+        shutil.copytree(adapter_path, target, dirs_exist_ok=True)
+    list_folder(target, "(the base model is not in here: load it, then the adapter)")
     return target
+
+
+def list_folder(folder, note: str = "") -> int:
+    """Print the files of a folder with their sizes (MB); returns the total bytes."""
+    total = 0
+    for f in sorted(Path(folder).rglob("*")):
+        if f.is_file():
+            size = f.stat().st_size
+            total += size
+            print(f"  {str(f.relative_to(folder)):<36} {size / 1e6:9.2f} MB")
+    print(f"  {'total':<36} {total / 1e6:9.2f} MB  {note}".rstrip())
+    return total
+
+
+def attach_trained_adapter(model, adapter_path) -> None:
+    """GPU path: copy the trained LoRA weights saved in adapter_path into the in-memory peft model, so a merged or
+    GGUF export through Unsloth contains the training (load_for_eval loads the base model with a fresh adapter;
+    vLLM gets the trained one per request). Not needed on the CPU path (load_cpu loads the adapter itself).
+    Not yet run on a GPU."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = Path(adapter_path) / "adapter_model.safetensors"
+    result = set_peft_model_state_dict(model, load_file(str(weights)))
+    unexpected = getattr(result, "unexpected_keys", None) or []
+    if unexpected:
+        raise RuntimeError(f"the adapter in {adapter_path} does not match the loaded model ({len(unexpected)} "
+                           f"unexpected keys, e.g. {unexpected[0]}): was it trained with another preset?")
+    print(f"[grpo-kit] loaded the trained adapter weights from {weights} into the model for export")
 
 
 def run_files(run_dir) -> list[str]:

@@ -1,0 +1,551 @@
+"""Exercises that check themselves (in the spirit of Kaggle's learntools), one namespace per notebook.
+
+    from helpers.exercises import nb04 as ex
+    ex.q1.hint()                       # a nudge
+    ex.q1.check(brevity_reward)        # runs hidden test cases; says which case failed and why
+    ex.q1.solution()                   # prints a reference solution
+
+check() returns a CheckResult (passed, message, case); in a notebook its text is shown as the cell's output.
+A failing check names the case ("your reward gave 0.5 to a 300-word answer; it should be 0.0 ...") and never
+raises, so the rest of the notebook keeps running. Student code that raises is reported the same way.
+
+The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.runtime for bf16,
+helpers.data for GSM8K answers, helpers.grpo_math for advantages, helpers.memory.estimate for memory,
+helpers.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
+of preset values or formulas moves the expected answers with them. tests/test_exercises.py runs every checker
+against known-wrong and known-right answers.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import textwrap
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+_MISSING = object()
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    message: str
+    case: str | None = None  # the hidden case that failed (None when passed or not answered)
+
+    def __repr__(self) -> str:
+        mark = "Correct!" if self.passed else "Not yet."
+        return f"{mark} {self.message}"
+
+    __str__ = __repr__
+
+
+class Fail(Exception):
+    """Raised by a judge: the case that failed and what was wrong."""
+
+    def __init__(self, case: str, message: str):
+        super().__init__(message)
+        self.case, self.message = case, message
+
+
+def call(case: str, fn, *args, **kwargs):
+    """Run the student's function on a hidden case; an exception becomes feedback that names the case."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any error in student code is feedback, not a crash
+        raise Fail(case, f"on {case} your function raised {type(err).__name__}: {err}") from None
+
+
+class Exercise:
+    def __init__(self, qid: str, task: str, hint: str, solution: str, judge, success: str = ""):
+        self.qid, self.task, self._hint, self._solution, self._judge = qid, task, hint, solution, judge
+        self.success = success
+
+    def check(self, answer=_MISSING) -> CheckResult:
+        if answer is _MISSING or answer is None or answer is Ellipsis:
+            return CheckResult(False, f"no answer yet: write it, then call {self.qid}.check(your_answer). "
+                                      f"The task: {self.task}")
+        try:
+            self._judge(answer)
+        except Fail as f:
+            return CheckResult(False, f.message, f.case)
+        return CheckResult(True, self.success or "every hidden case passed.")
+
+    def hint(self) -> None:
+        print(f"Hint ({self.qid}): {self._hint}")
+
+    def solution(self) -> None:
+        print(f"Solution ({self.qid}):\n{textwrap.dedent(self._solution).strip()}")
+
+    def __repr__(self) -> str:
+        return f"<exercise {self.qid}: {self.task} - .check(answer), .hint(), .solution()>"
+
+
+def _close(a, b, tol=1e-3) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
+    except (TypeError, ValueError):
+        return False
+
+
+# =========================================================================================== 01 setup
+
+GPUS_CC = [((7, 5), "a T4"), ((8, 0), "an A100"), ((7, 0), "a V100"), ((8, 6), "an A10G"), ((8, 9), "an L4"),
+           ((9, 0), "an H100"), ((6, 0), "a P100")]
+
+
+def _judge_precision(fn):
+    from helpers.runtime import Runtime
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: precision_for, not precision_for((7, 5))")
+    for cc, name in GPUS_CC:
+        truth = "bf16" if Runtime(on_colab=False, gpu_name=name, compute_capability=cc).bf16_supported else "fp16"
+        got = call(f"compute capability {cc} ({name})", fn, cc)
+        if got != truth:
+            why = ("bf16 needs compute capability 8.0 (Ampere) or newer" if truth == "fp16"
+                   else "this card has bf16, which is safer than fp16 (no loss scaling needed)")
+            raise Fail(f"compute capability {cc} ({name})",
+                       f"for compute capability {cc} ({name}) your function returned {got!r}; it should be "
+                       f"{truth!r}: {why}.")
+
+
+nb01 = SimpleNamespace(q1=Exercise(
+    "q1", "write precision_for(compute_capability) -> 'bf16' or 'fp16' for a GPU's (major, minor) compute capability",
+    "compare tuples: (7, 5) < (8, 0) is True in Python. Which generation introduced bf16?",
+    """
+    def precision_for(compute_capability):
+        return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
+    """,
+    _judge_precision, "a T4 (7.5) trains in fp16, Ampere (8.0) and newer in bf16 - as helpers.training.precision_flags does."))
+
+
+# =========================================================================================== 02 load model
+
+
+def _tiny_models():
+    import torch
+
+    a = torch.nn.Linear(10, 10)  # 110 parameters, all trainable
+    b = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 1, bias=False))  # 110 + 10
+    for p in b[0].parameters():
+        p.requires_grad_(False)
+    c = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))  # 20 + 20, none trainable
+    for p in c.parameters():
+        p.requires_grad_(False)
+    return [("a Linear(10, 10) with every parameter trainable (110 of 110)", a, 1.0),
+            ("a model with 10 trainable of 120 parameters (a frozen Linear(10, 10) + a trainable Linear(10, 1))", b,
+             10 / 120),
+            ("a fully frozen model (0 of 40 trainable)", c, 0.0)]
+
+
+def _judge_trainable_fraction(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: trainable_fraction, not trainable_fraction(model)")
+    for case, model, truth in _tiny_models():
+        got = call(case, fn, model)
+        if not _close(got, truth, 1e-6):
+            extra = ""
+            if truth and _close(got, 10 / 110, 1e-6):
+                extra = " (trainable / FROZEN is not the fraction: divide by all parameters, trainable included)"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {truth:.4f}{extra}.")
+
+
+nb02 = SimpleNamespace(q1=Exercise(
+    "q1", "write trainable_fraction(model) -> the share of the model's parameters that training updates (0..1)",
+    "model.parameters() yields tensors; p.numel() counts a tensor's values and p.requires_grad says if it trains.",
+    """
+    def trainable_fraction(model):
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        return trainable / total if total else 0.0
+    """,
+    _judge_trainable_fraction, "LoRA trains a small fraction of the model; print trainable_fraction(model) to see it."))
+
+
+# =========================================================================================== 03 data
+
+GSM8K_CASES = [
+    ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
+    ("She pays 500 + 500 = 1,000 dollars.\n#### 1,000", "1000"),
+    ("The ticket costs $18.\n#### $18", "18"),
+    ("The temperature fell to -5.\n#### -5", "-5"),
+    ("Half of 5 is 2.5.\n#### 2.5", "2.5"),
+]
+
+
+def _judge_gold(fn):
+    from helpers.data import parse_gsm8k_answer
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: gold_number, not gold_number(text)")
+    for text, _ in GSM8K_CASES:
+        truth = parse_gsm8k_answer(text)
+        case = f"the GSM8K answer ending {text.splitlines()[-1]!r}"
+        got = call(case, fn, text)
+        if str(got).strip() != truth:
+            why = ""
+            if "," in str(got):
+                why = " - strip the thousands comma, as OpenAI's grader does"
+            elif "$" in str(got):
+                why = " - strip the currency sign"
+            elif "#" in str(got) or "\n" in str(got):
+                why = " - keep only what comes after '####'"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {truth!r}{why}.")
+
+
+nb03 = SimpleNamespace(q1=Exercise(
+    "q1", "write gold_number(answer_text) -> the GSM8K gold number as a string: after '####', without commas or '$'",
+    "text.split('####')[-1] gives what follows the last marker; str.replace removes characters; strip() spaces.",
+    """
+    def gold_number(answer_text):
+        return answer_text.split("####")[-1].strip().replace(",", "").replace("$", "")
+    """,
+    _judge_gold, "the kit's helpers.data.parse_gsm8k_answer does the same (and refuses text without '####')."))
+
+
+# =========================================================================================== 04 rewards
+
+MAX_WORDS = 100  # the limit of the brevity exercise
+BREVITY_SCORE = 0.5
+
+
+def _words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+def _judge_brevity(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the reward function itself, not its result")
+    cases = [
+        (f"a 10-word answer", _words(10), BREVITY_SCORE),
+        (f"an answer of exactly {MAX_WORDS} words", _words(MAX_WORDS), BREVITY_SCORE),
+        (f"a {MAX_WORDS + 1}-word answer", _words(MAX_WORDS + 1), 0.0),
+        ("a 300-word answer", _words(300), 0.0),
+        ("an empty answer", "", BREVITY_SCORE),
+        ("a 300-word answer spread over many lines", "\n".join(_words(300).split(" ")), 0.0),
+        ("a conversational completion ([{'role': 'assistant', 'content': <300 words>}], as TRL passes chat data)",
+         [{"role": "assistant", "content": _words(300)}], 0.0),
+    ]
+    for case, completion, truth in cases:
+        got = call(case, fn, prompts=[None], completions=[completion], answer=["12"])
+        if not isinstance(got, (list, tuple)) or len(got) != 1:
+            raise Fail(case, f"on {case} your reward returned {got!r}; a TRL reward returns a list with one float "
+                             "per completion (here a list of length 1).")
+        if not _close(got[0], truth, 1e-9):
+            raise Fail(case, f"your reward gave {got[0]!r} to {case}; it should be {truth} "
+                             f"({'within' if truth else 'over'} the {MAX_WORDS}-word limit).")
+    batch = [_words(5), _words(500), _words(50)]
+    got = call("a batch of three completions (5, 500 and 50 words)", fn, prompts=[None] * 3, completions=batch,
+               answer=["1"] * 3)
+    want = [BREVITY_SCORE, 0.0, BREVITY_SCORE]
+    if not isinstance(got, (list, tuple)) or len(got) != 3 or not all(_close(g, w, 1e-9) for g, w in zip(got, want)):
+        raise Fail("a batch of three completions (5, 500 and 50 words)",
+                   f"for a batch of three completions (5, 500 and 50 words) your reward returned {got!r}; it should "
+                   f"be {want} - one score per completion, in order.")
+
+
+def _judge_advantages(fn):
+    from helpers.grpo_math import group_advantages
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: my_advantages, not my_advantages([...])")
+    cases = [[4.0, 0.0, 2.5, 0.0], [1.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.5, 1.0, 4.0, 0.0, 0.0, 2.5]]
+    for rewards in cases:
+        case = f"the group of rewards {rewards}"
+        got = call(case, fn, list(rewards))
+        truth = group_advantages(rewards)
+        if not isinstance(got, (list, tuple)) or len(got) != len(rewards):
+            raise Fail(case, f"for {case} you returned {got!r}; return one advantage per completion.")
+        if all(_close(g, t, 2e-3) for g, t in zip(got, truth)):
+            continue
+        n = len(rewards)
+        mean = sum(rewards) / n
+        pop = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+        why = ""
+        if pop > 0 and all(_close(g, (r - mean) / pop, 2e-3) for g, r in zip(got, rewards)):
+            why = (" - you divided by the population std (n); TRL uses the sample std (n - 1, "
+                   "trl.trainer.utils.nanstd)")
+        elif all(_close(g, r - mean, 2e-3) for g, r in zip(got, rewards)):
+            why = " - you subtracted the mean but did not divide by the group's std (+ 1e-4)"
+        elif pop == 0:
+            why = " - when every completion scored the same, every advantage is 0 (std 0, nothing to compare)"
+        raise Fail(case, f"for {case} you returned {[round(float(g), 4) for g in got]}; it should be "
+                         f"{[round(t, 4) for t in truth]}{why}.")
+
+
+nb04 = SimpleNamespace(
+    q1=Exercise(
+        "q1", f"write brevity_reward(prompts, completions, **kwargs): {BREVITY_SCORE} for a completion of at most "
+              f"{MAX_WORDS} words (split on whitespace), 0.0 for a longer one",
+        "a TRL reward returns [one float per completion]; helpers.rewards.completion_text(c) turns a chat-format "
+        "completion into text; len(text.split()) counts words.",
+        f"""
+        from helpers.rewards import completion_text
+
+        def brevity_reward(prompts=None, completions=None, **kwargs):
+            return [{BREVITY_SCORE} if len(completion_text(c).split()) <= {MAX_WORDS} else 0.0 for c in completions]
+        """,
+        _judge_brevity, "add it to a table with reward_lab.score_table(..., rewards=[brevity_reward]) to see it."),
+    q2=Exercise(
+        "q2", "write my_advantages(rewards) -> GRPO's group-relative advantage of each completion in ONE group "
+              "(TRL's default scale_rewards='group')",
+        "subtract the group mean, then divide by the group's SAMPLE standard deviation (n - 1 in the denominator) "
+        "plus 1e-4.",
+        """
+        import math
+
+        def my_advantages(rewards):
+            n = len(rewards)
+            mean = sum(rewards) / n
+            std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+            return [(r - mean) / (std + 1e-4) for r in rewards]
+        """,
+        _judge_advantages, "it matches helpers.grpo_math.group_advantages, which matches TRL 1.15."),
+)
+
+
+# =========================================================================================== 05 train
+
+NUM_GEN_SETTINGS = {"max_completion_length": 512}  # the t4 preset with longer answers
+NUM_GEN_BUDGET_GB = 7.0
+NUM_GEN_MAX = 32
+
+
+def fits_with(num_generations: int):
+    """The memory estimate of the t4 preset on a T4 with `num_generations` completions (one prompt per step)."""
+    from helpers.memory import estimate
+
+    return estimate("t4", gpu="t4", budget_gb=NUM_GEN_BUDGET_GB, num_generations=num_generations,
+                    per_device_train_batch_size=num_generations, **NUM_GEN_SETTINGS)
+
+
+def largest_fitting_generations() -> int:
+    best = 0
+    for g in range(2, NUM_GEN_MAX + 1):
+        if fits_with(g).fits:
+            best = g
+    return best
+
+
+def _judge_num_generations(answer):
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise Fail("the answer", f"answer with a whole number of completions, not {answer!r}")
+    if answer < 2:
+        raise Fail(f"num_generations={answer}", f"num_generations={answer}: GRPO compares completions of the same "
+                                                "prompt, so it needs at least 2.")
+    truth = largest_fitting_generations()
+    est = fits_with(min(answer, NUM_GEN_MAX))
+    if answer > NUM_GEN_MAX or not est.fits:
+        raise Fail(f"num_generations={answer}", f"num_generations={answer} does not fit: the predicted peak is "
+                   f"{est.peak_gb:.2f} GB, over the {NUM_GEN_BUDGET_GB:g} GB budget. Go lower.")
+    if answer < truth:
+        raise Fail(f"num_generations={answer}", f"num_generations={answer} fits ({est.peak_gb:.2f} GB), but "
+                   f"{answer + 1} fits too ({fits_with(answer + 1).peak_gb:.2f} GB): more completions per prompt give "
+                   "a better learning signal, so take the largest that fits.")
+
+
+CHOICES = {"healthy": "healthy", "no_signal": "no learning signal", "length_cap": "length cap",
+           "reward_collapse": "reward collapse"}
+_ALIASES = {"healthy": "healthy", "ok": "healthy", "fine": "healthy",
+            "no learning signal": "no_signal", "no signal": "no_signal", "no_signal": "no_signal",
+            "length cap": "length_cap", "length_cap": "length_cap", "cut off": "length_cap", "clipped": "length_cap",
+            "reward collapse": "reward_collapse", "reward_collapse": "reward_collapse", "collapse": "reward_collapse"}
+RUN_KINDS = {"A": "reward_collapse", "B": "healthy", "C": "length_cap", "D": "no_signal"}
+
+
+def synthetic_run(kind: str, steps: int = 20, seed: int = 0, cap: int = 64) -> list[dict]:
+    """Metric rows (as metrics.jsonl holds them) of a made-up run of one kind: healthy, no_signal, length_cap or
+    reward_collapse. tests/test_exercises.py checks that the dashboard's warnings classify each one correctly."""
+    rng = random.Random(f"{kind}-{seed}")
+    rows = []
+    for step in range(1, steps + 1):
+        t = step / steps
+        noise = rng.uniform(-0.15, 0.15)
+        row = {"step": step, "reward_std": 0.9 + noise, "frac_reward_zero_std": max(0.0, 0.3 - 0.25 * t + noise / 3),
+               "completions/mean_length": 40 + 8 * t + 10 * noise, "completions/clipped_ratio": max(0.0, 0.12 + noise / 3)}
+        if kind == "healthy":
+            row["reward"] = 0.6 + 2.2 * t + noise
+        elif kind == "no_signal":
+            row["reward"] = 0.0 if step > 3 else 0.05 * (4 - step)
+            row["reward_std"] = 0.0 if step > 3 else 0.2
+            row["frac_reward_zero_std"] = 1.0 if step > 3 else 0.75
+        elif kind == "length_cap":
+            row["reward"] = 0.4 + 0.2 * t + noise / 2
+            row["completions/mean_length"] = min(cap, 30 + 60 * t)
+            row["completions/clipped_ratio"] = min(1.0, 0.2 + 1.2 * t)
+        elif kind == "reward_collapse":
+            row["reward"] = (0.6 + 5.0 * t if t <= 0.5 else 3.1 - 5.2 * (t - 0.5)) + noise / 2
+            row["completions/mean_length"] = 45 - 30 * max(0.0, t - 0.5) + 5 * noise
+        else:
+            raise ValueError(f"kind={kind!r}: one of {', '.join(CHOICES)}")
+        rows.append({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
+    return rows
+
+
+def diagnose(rows, cap: int = 64) -> tuple[str, str]:
+    """(kind, evidence) from helpers.dashboard's warning functions: the first warning that holds, else healthy."""
+    from helpers.dashboard import training_warnings
+
+    found = training_warnings(rows, max_completion_length=cap)
+    if not found:
+        return "healthy", "the dashboard raises no warning: reward rising, spread above zero, few answers cut off"
+    return found[0].kind, found[0].message
+
+
+def runs() -> dict[str, list[dict]]:
+    """The four runs of exercise 05 q2, by letter."""
+    return {letter: synthetic_run(kind, seed=i) for i, (letter, kind) in enumerate(RUN_KINDS.items())}
+
+
+def plot_runs(rows_by_run=None):
+    """One panel per run: reward (left axis), groups with zero spread and clipped ratio (right axis, 0..1)."""
+    import matplotlib.pyplot as plt
+
+    rows_by_run = runs() if rows_by_run is None else rows_by_run
+    fig, axes = plt.subplots(1, len(rows_by_run), figsize=(4 * len(rows_by_run), 3.2), sharey=True)
+    for ax, (letter, rows) in zip(axes, rows_by_run.items()):
+        steps = [r["step"] for r in rows]
+        ax.plot(steps, [r["reward"] for r in rows], "o-", color="black", markersize=3, label="reward")
+        ax.set_title(f"run {letter}")
+        ax.set_xlabel("step")
+        twin = ax.twinx()
+        twin.plot(steps, [r["frac_reward_zero_std"] for r in rows], "--", color="tab:red", label="zero-spread groups")
+        twin.plot(steps, [r["completions/clipped_ratio"] for r in rows], ":", color="tab:orange", label="clipped ratio")
+        twin.set_ylim(-0.05, 1.05)
+    axes[0].set_ylabel("reward")
+    handles = axes[0].get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+    fig.legend(handles, ["reward", "zero-spread groups (right axis)", "clipped ratio (right axis)"], loc="lower center",
+               ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def _judge_curves(answer):
+    if not isinstance(answer, dict):
+        raise Fail("the answer", "answer with a dict from run letter to diagnosis, e.g. {'A': 'healthy', ...}")
+    data = runs()
+    missing = sorted(set(data) - set(answer))
+    if missing:
+        raise Fail(f"run {missing[0]}", f"run {missing[0]} has no diagnosis: give one for each of {sorted(data)}.")
+    for letter, rows in data.items():
+        said = str(answer[letter]).strip().lower()
+        kind = _ALIASES.get(said)
+        if kind is None:
+            raise Fail(f"run {letter}", f"run {letter}: {answer[letter]!r} is not one of the choices "
+                                        f"{list(CHOICES.values())}.")
+        truth, evidence = diagnose(rows)
+        if kind != truth:
+            raise Fail(f"run {letter}", f"run {letter}: you said {CHOICES[kind]!r}, but it is {CHOICES[truth]!r}. "
+                                        f"The dashboard's check: {evidence}")
+
+
+nb05 = SimpleNamespace(
+    q1=Exercise(
+        "q1", f"find the largest num_generations (one prompt per step, so per_device_train_batch_size = "
+              f"num_generations) for which the t4 preset with max_completion_length="
+              f"{NUM_GEN_SETTINGS['max_completion_length']} is predicted to fit a {NUM_GEN_BUDGET_GB:g} GB budget "
+              "on a T4 (helpers.memory.estimate)",
+        "estimate('t4', gpu='t4', budget_gb=7.0, num_generations=g, per_device_train_batch_size=g, "
+        "max_completion_length=512).fits is True when it fits; try g = 2, 3, 4, ...",
+        f"""
+        from helpers.memory import estimate
+
+        answer = max(g for g in range(2, {NUM_GEN_MAX + 1})
+                     if estimate("t4", gpu="t4", budget_gb={NUM_GEN_BUDGET_GB}, num_generations=g,
+                                 per_device_train_batch_size=g, max_completion_length=512).fits)
+        """,
+        _judge_num_generations,
+        "each extra completion adds its activations and logits; the vLLM reservation stays the same."),
+    q2=Exercise(
+        "q2", "diagnose runs A-D (ex.q2.plot() draws them): for each, one of 'healthy', 'no learning signal', "
+              "'length cap', 'reward collapse'",
+        "no learning signal: every group tied (zero-spread = 1, reward flat); length cap: clipped ratio near 1; "
+        "reward collapse: the reward rose, then fell far below its best.",
+        """
+        answer = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
+        """,
+        _judge_curves, "these are the three warnings the live dashboard prints while you train."),
+)
+nb05.q2.plot = plot_runs
+nb05.q2.runs = runs
+
+
+# =========================================================================================== 06 evaluate
+
+PASS_K_CASES = [(4, 0, 1), (4, 4, 2), (4, 1, 1), (4, 1, 2), (4, 1, 4), (10, 3, 5), (8, 2, 3)]
+
+
+def _judge_pass_at_k(fn):
+    from helpers.evaluation import pass_at_k
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: my_pass_at_k, not my_pass_at_k(4, 1, 2)")
+    for n, c, k in PASS_K_CASES:
+        case = f"n={n} samples, c={c} correct, k={k}"
+        got = call(case, fn, n, c, k)
+        truth = pass_at_k(n, c, k)
+        if not _close(got, truth, 1e-6):
+            why = ""
+            if _close(got, 1 - (1 - c / n) ** k, 1e-6):
+                why = (" - that is drawing k samples WITH replacement; pass@k picks k of the n samples without "
+                       "replacement: 1 - C(n-c, k) / C(n, k)")
+            elif _close(got, c / n, 1e-6):
+                why = " - c/n is pass@1 only; for k > 1 it is the chance that at least one of k picked samples is right"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {truth:.4f}{why}.")
+
+
+nb06 = SimpleNamespace(q1=Exercise(
+    "q1", "write my_pass_at_k(n, c, k): with n samples of which c are correct, the chance that at least one of k "
+          "samples (drawn without replacement) is correct",
+    "1 minus the chance that all k picked samples are wrong: math.comb(n - c, k) / math.comb(n, k) (comb gives 0 "
+    "when k > n - c).",
+    """
+    import math
+
+    def my_pass_at_k(n, c, k):
+        return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+    """,
+    _judge_pass_at_k, "this is the unbiased estimator of the Codex paper, as helpers.evaluation.pass_at_k."))
+
+
+# =========================================================================================== 07 memory lab
+
+LAB_GENERATIONS = 8
+LAB_BUDGET_GB = 7.0
+LAB_STEP = 64
+
+
+def lab_fits(length: int):
+    from helpers.memory import estimate
+
+    return estimate("t4", gpu="t4", budget_gb=LAB_BUDGET_GB, num_generations=LAB_GENERATIONS,
+                    per_device_train_batch_size=LAB_GENERATIONS, max_completion_length=length)
+
+
+def _judge_lab_length(answer):
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < LAB_STEP or answer % LAB_STEP:
+        raise Fail("the answer", f"answer with a multiple of {LAB_STEP} tokens (64, 128, ...), not {answer!r}")
+    est = lab_fits(answer)
+    if not est.fits:
+        raise Fail(f"max_completion_length={answer}", f"max_completion_length={answer} does not fit: predicted "
+                   f"{est.peak_gb:.2f} GB, over {LAB_BUDGET_GB:g} GB with {LAB_GENERATIONS} generations.")
+    nxt = lab_fits(answer + LAB_STEP)
+    if nxt.fits:
+        raise Fail(f"max_completion_length={answer}", f"max_completion_length={answer} fits ({est.peak_gb:.2f} GB) "
+                   f"but {answer + LAB_STEP} fits too ({nxt.peak_gb:.2f} GB): find the largest.")
+
+
+nb07 = SimpleNamespace(q1=Exercise(
+    "q1", f"find the largest max_completion_length (a multiple of {LAB_STEP}) that keeps the t4 preset with "
+          f"{LAB_GENERATIONS} generations (batch {LAB_GENERATIONS}) within {LAB_BUDGET_GB:g} GB",
+    "loop over range(64, 4097, 64) and keep the lengths whose estimate(...).fits is True.",
+    f"""
+    answer = max(L for L in range({LAB_STEP}, 4097, {LAB_STEP})
+                 if estimate(t4, gpu="t4", budget_gb={LAB_BUDGET_GB}, num_generations={LAB_GENERATIONS},
+                             per_device_train_batch_size={LAB_GENERATIONS}, max_completion_length=L).fits)
+    """,
+    _judge_lab_length, "the logits and activations grow linearly with the completion length."))
+
+
+ALL = {"nb01": nb01, "nb02": nb02, "nb03": nb03, "nb04": nb04, "nb05": nb05, "nb06": nb06, "nb07": nb07}

@@ -1,0 +1,209 @@
+"""GRPO in plain numbers: group-relative advantages, the first-step loss, and a slider widget to play with them.
+
+    from helpers.grpo_math import group_advantages
+    group_advantages([4.0, 0.0, 2.5, 0.0])           # one group of 4 completions of the same prompt
+    # -> [1.2032, -0.8232, 0.4433, -0.8232]  (reward minus the group mean, divided by the group's std + 1e-4)
+
+This is the computation in TRL 1.15's GRPOTrainer._generate_and_score_completions (multi_objective_aggregation
+"sum_then_normalize", the default), written out without torch so it can be read and checked by hand:
+
+    rewards    = sum over reward functions of weight x reward      (NaN when every function returned None)
+    mean_g     = nanmean of the rewards of the group (the num_generations completions of one prompt)
+    std_g      = nanstd of the group: the SAMPLE standard deviation (Bessel's n-1), trl.trainer.utils.nanstd
+    advantage  = (reward - mean_g) / (std_g + 1e-4)     scale_rewards="group" (TRL's default)
+                 (reward - mean_g) / (std_batch + 1e-4) scale_rewards="batch" (std over the whole batch)
+                 reward - mean_g                        scale_rewards="none"
+    NaN advantages (unscorable completions) become 0.
+
+Every token of a completion gets its completion's advantage: a positive advantage pushes the probability of
+those tokens up, a negative one pushes it down, zero leaves them alone. A group where every completion scored the
+same has std 0 and all advantages 0: no learning signal (the dashboard's "zero-spread" groups).
+tests/test_grpo_math.py checks these numbers against hand-computed ones and against TRL's own nanstd.
+"""
+
+from __future__ import annotations
+
+import math
+
+EPS = 1e-4  # TRL adds this to the std before dividing
+
+
+def _nanmean(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def _nanstd(values: list[float]) -> float:
+    """Sample standard deviation ignoring NaNs (Bessel's n-1), as trl.trainer.utils.nanstd; NaN for < 2 values."""
+    vals = [v for v in values if not math.isnan(v)]
+    if len(vals) < 2:
+        return float("nan")
+    m = sum(vals) / len(vals)
+    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def _floats(rewards) -> list[float]:
+    return [float("nan") if r is None else float(r) for r in rewards]
+
+
+def group_advantages(rewards, num_generations: int | None = None, scale: str = "group", eps: float = EPS) -> list[float]:
+    """TRL's advantages for a flat list of rewards, grouped num_generations at a time (default: one group).
+
+    scale: "group" (TRL's default scale_rewards), "batch" or "none". None or NaN rewards are unscorable: they are
+    left out of the group mean and std and get advantage 0.
+    """
+    r = _floats(rewards)
+    n = len(r) if num_generations is None else int(num_generations)
+    if n < 1 or len(r) % n:
+        raise ValueError(f"{len(r)} rewards cannot be split into groups of num_generations={n}")
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale={scale!r}: use 'group', 'batch' or 'none' (TRL's scale_rewards)")
+    groups = [r[i : i + n] for i in range(0, len(r), n)]
+    means = [_nanmean(g) for g in groups for _ in g]
+    if scale == "batch":
+        s = _nanstd(r) if len(r) > 1 else 0.0
+        stds = [s] * len(r)
+    elif n > 1:
+        stds = [_nanstd(g) for g in groups for _ in g]
+    else:
+        stds = [0.0] * len(r)
+    out = []
+    for reward, mean, std in zip(r, means, stds):
+        a = reward - mean
+        if scale != "none":
+            a = a / (std + eps)
+        out.append(0.0 if math.isnan(a) else a)
+    return out
+
+
+def group_stats(rewards) -> dict:
+    """Mean, sample std and whether the group carries any signal (std > 0), for one group."""
+    r = _floats(rewards)
+    std = _nanstd(r)
+    return {"mean": _nanmean(r), "std": 0.0 if math.isnan(std) else std,
+            "signal": not (math.isnan(std) or math.isclose(std, 0.0, abs_tol=1e-12))}
+
+
+def first_step_loss(advantages, lengths, loss_type: str = "dapo") -> float:
+    """The policy-gradient loss VALUE on the first optimisation of a freshly generated batch (beta = 0).
+
+    Then the new and old log-probabilities are equal, the importance ratio is exactly 1, and the per-token loss is
+    -advantage. TRL's aggregations: "dapo" (TRL >= 0.22 default) and "bnpo" sum over all tokens and divide by the
+    number of tokens -> -sum(A_i x len_i) / sum(len_i); "grpo" averages per completion then over completions ->
+    -mean(A_i); "dr_grpo" divides by completions x max_completion_length (here: the longest length).
+    Because advantages are zero-mean within each group, the "grpo" value is 0 and the "dapo" value is 0 whenever
+    the completions of a group are equally long (otherwise small: how advantage and length go together). The
+    GRADIENT is not zero: it is -sum(A_i x grad log p(token)).
+    """
+    a, lens = [float(x) for x in advantages], [int(x) for x in lengths]
+    if len(a) != len(lens) or not a:
+        raise ValueError("one length per advantage, at least one")
+    if loss_type in ("dapo", "bnpo"):
+        total = sum(lens)
+        return -sum(x * n for x, n in zip(a, lens)) / total if total else 0.0
+    if loss_type == "grpo":
+        return -sum(a) / len(a)
+    if loss_type == "dr_grpo":
+        return -sum(x * n for x, n in zip(a, lens)) / (len(a) * max(lens))
+    raise ValueError(f"loss_type={loss_type!r}: this helper knows 'dapo', 'bnpo', 'grpo' and 'dr_grpo'")
+
+
+def direction(advantage: float, tol: float = 1e-6) -> str:
+    if advantage > tol:
+        return "pushed UP"
+    if advantage < -tol:
+        return "pushed down"
+    return "unchanged"
+
+
+def explain_group(completions: list[str], rewards, scale: str = "group") -> list[dict]:
+    """One row per completion: its reward, advantage and what happens to its tokens."""
+    adv = group_advantages(rewards, scale=scale)
+    return [{"completion": c, "reward": float(r), "advantage": a, "tokens": direction(a)}
+            for c, r, a in zip(completions, _floats(rewards), adv)]
+
+
+def format_table(rows: list[dict], width: int = 48) -> str:
+    lines = [f"{'completion':<{width}} {'reward':>7} {'advantage':>10}  tokens"]
+    for row in rows:
+        text = row["completion"].replace("\n", " ")
+        text = text if len(text) <= width else text[: width - 3] + "..."
+        lines.append(f"{text:<{width}} {row['reward']:>7.2f} {row['advantage']:>+10.3f}  {row['tokens']}")
+    return "\n".join(lines)
+
+
+# One group for the worked example in 04_rewards: four completions of "3 bags with 4 apples each" (gold 12),
+# scored by the kit's five rewards (perfect 4.0, right but untagged 0.0 ... see helpers.reward_lab).
+EXAMPLE_GROUP = {
+    "<reasoning>3 * 4 = 12</reasoning><answer>12</answer> (right, formatted)": 4.0,
+    "3 * 4 = 12. The answer is 12. (right, no tags)": 0.0,
+    "<reasoning>3 + 4 = 7</reasoning><answer>7</answer> (wrong, formatted)": 2.0,
+    "I think it is 7. (wrong, no tags)": 0.0,
+}
+
+
+class AdvantageWidget:
+    """One slider per completion's reward; the advantages table below updates as you move them.
+
+    Without ipywidgets or a live kernel (CI, a saved notebook) it still works: `set_rewards([...])` recomputes,
+    `.rows` / `.text` hold the table, and displaying it shows the table as text.
+    """
+
+    def __init__(self, group: dict | None = None, scale: str = "group", max_reward: float = 4.0):
+        group = dict(EXAMPLE_GROUP if group is None else group)
+        self.labels, self.rewards, self.scale = list(group), [float(v) for v in group.values()], scale
+        self.rows: list[dict] = []
+        self.sliders, self.output, self.box = [], None, None
+        try:
+            import ipywidgets as widgets
+        except ImportError:  # degrade: a static table
+            widgets = None
+        if widgets is not None:
+            self.output = widgets.Output()
+            for label, value in zip(self.labels, self.rewards):
+                s = widgets.FloatSlider(value=value, min=0.0, max=max_reward, step=0.25, description="reward",
+                                        continuous_update=False, layout=widgets.Layout(width="420px"))
+                s.observe(self._on_change, names="value")
+                self.sliders.append(s)
+            rows = [widgets.HBox([s, widgets.Label(label[:60])]) for s, label in zip(self.sliders, self.labels)]
+            self.box = widgets.VBox([*rows, self.output])
+        self._recompute()
+
+    def _on_change(self, _change=None):
+        self.set_rewards([s.value for s in self.sliders])
+
+    def set_rewards(self, rewards) -> list[dict]:
+        self.rewards = [float(r) for r in rewards]
+        self._recompute()
+        return self.rows
+
+    @property
+    def text(self) -> str:
+        stats = group_stats(self.rewards)
+        note = ("" if stats["signal"] else
+                "\nEvery completion scored the same: std 0, all advantages 0 - this group teaches nothing.")
+        return (format_table(self.rows) + f"\ngroup mean {stats['mean']:.3f}, std {stats['std']:.3f} "
+                f"(advantages sum to {sum(r['advantage'] for r in self.rows):+.3f})" + note)
+
+    def _recompute(self):
+        self.rows = explain_group(self.labels, self.rewards, self.scale)
+        if self.output is not None:
+            self.output.clear_output(wait=True)
+            with self.output:
+                print(self.text)
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        if self.box is not None:
+            display(self.box)
+        else:
+            print(self.text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def advantage_widget(group: dict | None = None, scale: str = "group") -> AdvantageWidget:
+    """The 04_rewards playground for advantages (see AdvantageWidget)."""
+    return AdvantageWidget(group, scale)
