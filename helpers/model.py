@@ -157,17 +157,24 @@ def vllm_sampling_kwargs(settings, greedy: bool) -> dict:
     )
 
 
-def load_unsloth(settings):
-    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only."""
+def import_unsloth():
+    """Import Unsloth with the kit's environment; it must come before TRL/transformers so its patches apply."""
     for key, value in UNSLOTH_ENV.items():
         os.environ.setdefault(key, value)
     try:
-        from unsloth import FastLanguageModel  # must be imported before trl/transformers to patch them
+        import unsloth
     except ImportError as err:
         raise ModelSetupError(
-            f"Unsloth could not be imported ({err}). Fix: run the setup cell (installs requirements.txt), then "
-            "Runtime > Restart session. After a Colab image update, see docs/troubleshooting.md."
+            f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
+            "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel. "
+            "After a Colab image update, see docs/troubleshooting.md."
         ) from err
+    return unsloth
+
+
+def load_unsloth(settings):
+    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only."""
+    FastLanguageModel = import_unsloth().FastLanguageModel
     model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
     model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(settings))
     return model, tokenizer

@@ -26,10 +26,8 @@ T4_BUDGET_GB = 7.0
 DEFAULT_RUN_DIR = "runs/course"
 
 
-def on_colab(environ=None) -> bool:
-    """Same test as helpers.runtime.on_colab (any COLAB_* variable), without importing torch."""
-    environ = os.environ if environ is None else environ
-    return any(key.startswith("COLAB_") for key in environ)
+# helpers.runtime imports torch only inside detect(), so this is safe before the Colab install.
+from helpers.runtime import on_colab  # noqa: E402  (re-exported for the setup cell)
 
 
 def kit_root(start: str | os.PathLike | None = None) -> Path:
@@ -142,21 +140,10 @@ def train_accepts(flag: str) -> bool:
 
 
 def import_unsloth_first() -> None:
-    """GPU path: import Unsloth before anything imports TRL/transformers, so its patches apply.
+    """GPU path: import Unsloth before anything imports TRL/transformers, so its patches apply."""
+    from helpers.model import import_unsloth
 
-    The environment variables are the ones helpers.model sets (no standby on a T4, no FlashInfer JIT).
-    """
-    from helpers.model import UNSLOTH_ENV, ModelSetupError
-
-    for key, value in UNSLOTH_ENV.items():
-        os.environ.setdefault(key, value)
-    try:
-        import unsloth  # noqa: F401
-    except ImportError as err:
-        raise ModelSetupError(
-            f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
-            "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel."
-        ) from err
+    import_unsloth()
 
 
 def need_free_gb(preset, runtime) -> float:

@@ -182,16 +182,6 @@ def build_datasets(preset, tokenizer):
     return train, heldout, dropped
 
 
-def save_adapter(model, tokenizer, path: Path) -> Path:
-    """The LoRA adapter only (megabytes, not the whole model)."""
-    if hasattr(model, "save_lora"):  # Unsloth with fast_inference: the form vLLM's load_lora reads
-        model.save_lora(str(path))
-    else:
-        model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
-
-
 def run(args) -> dict:
     from helpers.evaluation import evaluate, summary_of, write_samples
     from helpers.memory_monitor import MemoryMonitor
@@ -304,7 +294,11 @@ def run(args) -> dict:
     from helpers.distributed import save_adapter_once, zero3_active
 
     zero3 = dist_info.distributed and zero3_active()
-    adapter = save_adapter_once(trainer, model, tokenizer, run_dir / "adapter", save_adapter, dist_info)
+    from helpers.sharing import save_adapter
+
+    # The run folder's own output: plan_run already refused to touch a finished run without --overwrite.
+    adapter = save_adapter_once(trainer, model, tokenizer, run_dir / "adapter",
+                                lambda m, t, p: save_adapter(m, t, p, overwrite=True), dist_info)
     if not dist_info.is_main:
         return {}  # every process trained; process 0 evaluates and writes the results
     if zero3:  # the trained weights are sharded across the processes: evaluate a fresh copy with the saved adapter

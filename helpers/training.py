@@ -47,6 +47,10 @@ class Preset:
     gradient_accumulation_steps: int = 1
     max_completion_length: int = 64
     temperature: float = 1.0
+    # How TRL scales group-relative advantages: "group" divides by each group's reward std, which blows tiny,
+    # meaningless differences (a stray trailing character) up to full-size advantages once every completion is
+    # formatted alike; "none" keeps advantages in reward units, so a correct answer (2.0) dominates.
+    scale_rewards: str = "group"
     beta: float = 0.0  # > 0 loads a reference model: more memory
     learning_rate: float = 5e-4
     weight_decay: float = 0.0
@@ -179,45 +183,28 @@ PRESETS = {
         eval_max_new_tokens=512,
         extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 2},
     ),
-    "8xh100-qwen7b-lora": Preset(
-        name="8xh100-qwen7b-lora",
-        description=(
-            "Qwen2.5-7B-Instruct in bf16 with LoRA on 8 x H100: `trl vllm-serve` with tensor parallel 2 on GPUs 6-7, "
-            "6 training processes (DeepSpeed ZeRO-2) on GPUs 0-5 (TRL vllm_mode='server')."
-        ),
-        model_name="Qwen/Qwen2.5-7B-Instruct",
-        backend="trl-vllm",
-        max_seq_length=1024,
-        vllm_mode="server",
-        vllm_server_host="127.0.0.1",
-        vllm_server_port=8000,
-        vllm_server_timeout=600.0,  # a 7B with CUDA graphs can take minutes to come up
-        vllm_tensor_parallel_size=2,  # informational: passed to `trl vllm-serve --tensor-parallel-size`
-        lora_rank=16,
-        lora_alpha=32,
-        dataset="gsm8k",
-        train_size=7473,
-        eval_size=200,
-        worked_example=False,
-        max_prompt_length=256,
-        num_generations=8,
-        per_device_train_batch_size=8,  # 8 x 6 processes = 48 completions = 6 prompts per step
-        gradient_accumulation_steps=1,
-        max_completion_length=512,
-        temperature=1.0,
-        learning_rate=5e-6,
-        weight_decay=0.1,
-        warmup_steps=10,
-        lr_scheduler_type="cosine",
-        max_grad_norm=0.1,
-        optim="adamw_torch",
-        gradient_checkpointing=True,
-        max_steps=250,
-        eval_max_new_tokens=512,
-        extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 6,
-               "vllm_server_gpus": "6,7", "train_gpus": "0,1,2,3,4,5"},
-    ),
 }
+
+
+# The 8-GPU recipe is the 2-GPU one with generation moved to a vLLM server on its own GPUs.
+PRESETS["8xh100-qwen7b-lora"] = replace(
+    PRESETS["a100x2-qwen7b-lora"],
+    name="8xh100-qwen7b-lora",
+    description=(
+        "Qwen2.5-7B-Instruct in bf16 with LoRA on 8 x H100: `trl vllm-serve` with tensor parallel 2 on GPUs 6-7, "
+        "6 training processes (DeepSpeed ZeRO-2) on GPUs 0-5 (TRL vllm_mode='server')."
+    ),
+    vllm_mode="server",
+    gpu_memory_utilization=None,  # the server owns its GPUs; nothing is colocated with training
+    vllm_server_host="127.0.0.1",
+    vllm_server_port=8000,
+    vllm_server_timeout=600.0,  # a 7B with CUDA graphs can take minutes to come up
+    vllm_tensor_parallel_size=2,  # informational: passed to `trl vllm-serve --tensor-parallel-size`
+    per_device_train_batch_size=8,  # 8 x 6 processes = 48 completions = 6 prompts per step
+    gradient_accumulation_steps=1,
+    extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 6,
+           "vllm_server_gpus": "6,7", "train_gpus": "0,1,2,3,4,5"},
+)
 
 
 def get_preset(name: str, **overrides) -> Preset:
@@ -278,6 +265,8 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
         bad("learning_rate", "must be positive", "use e.g. 5e-6 (full model) or 5e-4 (LoRA on the CPU demo)")
     if p.beta < 0:
         bad("beta", "the KL coefficient cannot be negative", "use 0.0 (no reference model) or a small positive value")
+    if p.scale_rewards not in ("group", "batch", "none"):
+        bad("scale_rewards", "TRL accepts 'group', 'batch' or 'none'", "use 'group' (GRPO) or 'none' (Dr. GRPO)")
     if p.temperature <= 0:
         bad("temperature", "sampling needs a positive temperature so completions differ", "use 0.7-1.0")
     if p.backend not in ("cpu", "unsloth", "trl-vllm"):
@@ -354,6 +343,7 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
         num_generations=p.num_generations,
         max_completion_length=p.max_completion_length,
         temperature=p.temperature,
+        scale_rewards=p.scale_rewards,
         beta=p.beta,
         max_steps=p.max_steps,
         logging_steps=p.logging_steps,
