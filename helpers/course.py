@@ -476,6 +476,36 @@ def print_before_after(result: dict, n_samples: int = 2) -> None:
     show_side_by_side(result["before"], result["after"], limit=n_samples)
 
 
+def print_pass_at_k(pass_k: dict | None) -> None:
+    """pass@k before and after, one line per k (what helpers.evaluation.pass_at_k_before_after returns)."""
+    if not pass_k:
+        print("sampled pass@k skipped (PASS_K_SAMPLES = 0)")
+        return
+    before, after = pass_k["before"], pass_k["after"]
+    print(f"sampled pass@k: {before['n']} samples per question at temperature {before['temperature']}, "
+          f"{before['questions']} questions")
+    for key in [k for k in before if k.startswith("pass@")]:
+        print(f"  {key:<8} before {before[key]:.3f}   after {after[key]:.3f}")
+
+
+def push_to_hub(folder, repo_id) -> str | None:
+    """Upload an exported folder to the Hub when a repo is named and a token is present; otherwise say why not.
+
+    The token comes from Colab's secrets or $HF_TOKEN (helpers.sharing.hf_token) and is never printed."""
+    from helpers import sharing
+
+    if not repo_id:
+        print("HUB_REPO is None: nothing uploaded. To share the model, set HUB_REPO = \"your-name/model-name\" and "
+              "add your token as the HF_TOKEN secret (Colab key icon) or environment variable.")
+        return None
+    try:
+        token = sharing.hf_token()
+    except sharing.MissingTokenError as err:
+        print(f"Not uploading to {repo_id}: {err}")
+        return None
+    return sharing.push_folder(folder, repo_id, token=token)
+
+
 def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: bool = False) -> Path:
     """Save the trained LoRA adapter to `target` and list its files: megabytes, not the whole model.
 
@@ -496,8 +526,8 @@ def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: b
     return target
 
 
-def list_folder(folder, note: str = "") -> int:
-    """Print the files of a folder with their sizes (MB); returns the total bytes."""
+def list_folder(folder, note: str = "") -> None:
+    """Print the files of a folder with their sizes (MB) and the total."""
     total = 0
     for f in sorted(Path(folder).rglob("*")):
         if f.is_file():
@@ -505,7 +535,6 @@ def list_folder(folder, note: str = "") -> int:
             total += size
             print(f"  {str(f.relative_to(folder)):<36} {size / 1e6:9.2f} MB")
     print(f"  {'total':<36} {total / 1e6:9.2f} MB  {note}".rstrip())
-    return total
 
 
 def attach_trained_adapter(model, adapter_path) -> None:

@@ -159,7 +159,9 @@ class AdvantageWidget:
         except ImportError:  # degrade: a static table
             widgets = None
         if widgets is not None:
-            self.output = widgets.Output()
+            # An HTML widget, not widgets.Output: capturing prints into an Output widget from inside the cell that
+            # creates it hung a headless kernel (papermill under pytest); setting .value is a plain comm update.
+            self.output = widgets.HTML()
             for label, value in zip(self.labels, self.rewards):
                 s = widgets.FloatSlider(value=value, min=0.0, max=max_reward, step=0.25, description="reward",
                                         continuous_update=False, layout=widgets.Layout(width="420px"))
@@ -188,9 +190,9 @@ class AdvantageWidget:
     def _recompute(self):
         self.rows = explain_group(self.labels, self.rewards, self.scale)
         if self.output is not None:
-            self.output.clear_output(wait=True)
-            with self.output:
-                print(self.text)
+            import html
+
+            self.output.value = f"<pre>{html.escape(self.text)}</pre>"
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -148,3 +148,66 @@ def test_playground_rescores_on_every_edit():
     assert pg.scores["strict_format_reward"] == 0.0 and pg.scores["correctness_reward"] == 2.0
     pg.gold.value = "13"
     assert pg.scores["correctness_reward"] == 0.0
+
+
+def _tiny_kit(tmp_path):
+    return notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, max_steps=2)
+
+
+def test_train_run_resumes_by_default_and_overwrites_only_when_asked(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(train, "run", lambda args: seen.append(args) or {"steps": 2})
+    kit = _tiny_kit(tmp_path)
+    course.train_run(kit, save_steps=1, keep=3, checkpoint_dir=tmp_path / "ck", dashboard="headless")
+    args = seen[-1]
+    assert not args.overwrite and args.resume is None  # auto: an unfinished run in RUN_DIR is resumed
+    assert args.save_steps == 1 and args.keep == 3 and args.checkpoint_dir == tmp_path / "ck"
+    assert args.dashboard == "headless"
+    course.train_run(kit, overwrite=True)
+    assert seen[-1].overwrite
+
+
+def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train, "run", lambda args: pytest.fail("a finished run must not be retrained"))
+    (tmp_path / "summary.json").write_text('{"steps": 2}')
+    assert course.train_run(_tiny_kit(tmp_path)) == {"steps": 2}
+    assert "already holds a finished run" in capsys.readouterr().out
+
+
+def test_checkpoint_dir_for_drive_needs_colab(tmp_path, monkeypatch):
+    for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:
+        monkeypatch.delenv(key)
+    kit = _tiny_kit(tmp_path)
+    assert course.checkpoint_dir_for(kit, use_drive=False) is None
+    with pytest.raises(ValueError, match="needs Google Colab"):
+        course.checkpoint_dir_for(kit, use_drive=True)
+
+
+def test_save_final_adapter_never_deletes_a_folder_silently(tmp_path, capsys):
+    from helpers.sharing import SharingError
+
+    class Saver:
+        def save_pretrained(self, path):  # as peft and transformers do: creates the folder
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / "adapter_model.safetensors").write_bytes(b"x")
+
+    kit = _tiny_kit(tmp_path)
+    target = tmp_path / "final_adapter"
+    target.mkdir()
+    (target / "my_notes.txt").write_text("keep me")
+    with pytest.raises(SharingError, match="already exists and is not empty"):
+        course.save_final_adapter(Saver(), Saver(), kit, None, target)
+    assert (target / "my_notes.txt").read_text() == "keep me"
+    course.save_final_adapter(Saver(), Saver(), kit, None, target, overwrite=True)
+    assert "overwrite=True: replacing" in capsys.readouterr().out
+    assert not (target / "my_notes.txt").exists() and (target / "adapter_model.safetensors").is_file()
+
+
+def test_push_to_hub_needs_a_repo_and_a_token(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:
+        monkeypatch.delenv(key)
+    assert course.push_to_hub(tmp_path, None) is None
+    assert "HUB_REPO is None" in capsys.readouterr().out
+    assert course.push_to_hub(tmp_path, "me/model") is None
+    assert "No Hugging Face token found" in capsys.readouterr().out

@@ -115,9 +115,39 @@ def test_ends_with_recap_and_exercises(path):
     assert 1 <= len(re.findall(r"^\d+\. ", exercises, re.M)) <= 3
 
 
-def test_06_has_the_export_placeholder():
-    text = _markdown(_read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb"))
-    assert "Export (coming in a later lesson)" in text
+def test_05_offers_the_dashboard_checkpoints_and_resume():
+    nb = _read(NOTEBOOK_DIR / "05_train.ipynb")
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
+    for name in ("SAVE_STEPS", "KEEP", "USE_DRIVE", "OVERWRITE"):
+        assert re.search(rf"^{name}\s*=", params, re.M), f"05 needs the {name} parameter"
+    assert re.search(r"^USE_DRIVE\s*=\s*False", params, re.M) and re.search(r"^OVERWRITE\s*=\s*False", params, re.M)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "course.checkpoint_dir_for(kit, use_drive=USE_DRIVE)" in code
+    assert "overwrite=OVERWRITE" in code and "dashboard.png" in code
+    text = _markdown(nb)
+    assert "live dashboard" in text and "run this cell again with the same `RUN_DIR`" in text
+
+
+def test_06_evaluates_exports_and_shares():
+    nb = _read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb")
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "save_final_adapter(",
+                 "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "course.push_to_hub("):
+        assert call in code, f"06 should call {call}"
+    assert "Export (coming in a later lesson)" not in _markdown(nb)
+    assert "HF_TOKEN" in _markdown(nb)
+    assert not re.search(r"hf_[A-Za-z0-9]{20,}", code + _markdown(nb)), "never a token in a notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_has_self_check_exercises(path):
+    nb = _read(path)
+    solutions = [i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])]
+    assert solutions, "every notebook has at least one exercise with a self-check"
+    for i in solutions:
+        lines = nb.cells[i].source.splitlines()
+        assert re.match(r"# Exercise [\d.]+: \S", lines[0]) and lines[1] == "# SOLUTION"
+        assert ".check(" in nb.cells[i + 1].source, "the cell after a solution checks it"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -140,7 +170,10 @@ def _execute(name: str, out_dir: Path, **parameters):
         progress_bar=False,
         execution_timeout=CELL_TIMEOUT_S,
     )
-    return _read(output)
+    nb = _read(output)
+    failed = [o for c in nb.cells for o in c.get("outputs", []) if "Not yet." in str(o.get("data", {}).get("text/plain", ""))]
+    assert not failed, f"{name}: an exercise solution failed its own check: {failed[0]['data']['text/plain']}"
+    return nb
 
 
 def _text(nb) -> str:
@@ -208,7 +241,7 @@ def test_04_rewards_runs(out_dir, shared_run_dir):
 
 @pytest.mark.slow
 def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
-    _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
+    nb = _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
     rows = [json.loads(line) for line in (shared_run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == TINY["MAX_STEPS"]
     assert "reward" in rows[0] and "reward_std" in rows[0]
@@ -216,30 +249,49 @@ def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
                  "adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         assert (shared_run_dir / name).is_file(), f"05 must write {name}"
     assert json.loads((shared_run_dir / "summary.json").read_text())["steps"] == TINY["MAX_STEPS"]
+    assert (shared_run_dir / "dashboard.png").stat().st_size > 0, "the dashboard writes dashboard.png at the end"
+    checkpoints = sorted(p.name for p in (shared_run_dir / "trainer").glob("checkpoint-*"))
+    assert f"checkpoint-{TINY['MAX_STEPS']}" in checkpoints, f"05 must leave a resumable checkpoint ({checkpoints})"
+    assert (shared_run_dir / "trainer" / f"checkpoint-{TINY['MAX_STEPS']}" / "trainer_state.json").is_file()
+    text = _text(nb)
+    assert "Correct!" in text, "the exercise solution before training passes its check"
+    assert "largest num_generations that fits" in text
+
+
+PASS_K_SAMPLES = 2  # 06's sampled answers per question in CI
 
 
 def _check_eval_outputs(run_dir: Path):
     result = json.loads((run_dir / "eval.json").read_text())
     assert result["before"]["n"] == result["after"]["n"] == TINY["EVAL_SIZE"]
     assert len(result["samples"]) == TINY["EVAL_SIZE"]
+    for when in ("before", "after"):
+        pk = result["pass_at_k"][when]
+        assert pk["n"] == PASS_K_SAMPLES and pk["questions"] == TINY["EVAL_SIZE"]
+        assert 0.0 <= pk["pass@1"] <= pk[f"pass@{PASS_K_SAMPLES}"] <= 1.0
     assert (run_dir / "final_adapter" / "adapter_config.json").is_file()
     assert (run_dir / "final_adapter" / "adapter_model.safetensors").is_file()
+    merged = run_dir / "merged"
+    assert (merged / "config.json").is_file() and (merged / "model.safetensors").is_file(), "the merged 16-bit model"
+    assert json.loads((merged / "config.json").read_text())["dtype"] == "float16"
 
 
 @pytest.mark.slow
 def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
     had_adapter = (shared_run_dir / "adapter" / "adapter_config.json").is_file()  # False when run without 05
-    nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir))
+    nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir), PASS_K_SAMPLES=PASS_K_SAMPLES)
+    text = _text(nb)
     if had_adapter:
-        assert "using the adapter saved by 05_train" in _text(nb)
+        assert "using the adapter saved by 05_train" in text
     _check_eval_outputs(shared_run_dir)
-    assert "Export (coming in a later lesson)" in _markdown(nb)
+    assert "reloaded adapter gives the same greedy answers: True" in text
+    assert "GGUF export skipped" in text and "HUB_REPO is None: nothing uploaded" in text
 
 
 @pytest.mark.slow
 def test_06_stands_alone(out_dir, tmp_path):
     """No adapter from 05: 06 says so, trains a tiny run itself (TRAIN_IF_MISSING defaults to True) and goes on."""
-    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"))
+    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"), PASS_K_SAMPLES=PASS_K_SAMPLES)
     text = _text(nb)
     assert "run 05_train first, or set TRAIN_IF_MISSING=True" in text
     _check_eval_outputs(tmp_path / "fresh-run")

@@ -1,0 +1,112 @@
+"""Write the student copies of the course notebooks: notebooks/student/*.ipynb, solutions removed.
+
+    .venv/bin/python scripts/make_student_notebooks.py              # -> notebooks/student/
+    .venv/bin/python scripts/make_student_notebooks.py --out /tmp/s  # somewhere else (the sync test does this)
+
+The notebooks in notebooks/ are the instructor versions. A solution cell is a code cell tagged "solution" whose
+source has a "# SOLUTION" marker line; everything above the marker (the "# Exercise <n>: <task>" line) is kept,
+everything below it is replaced by
+
+    raise NotImplementedError("Student exercise: <task>")
+
+plus a comment saying where to write the answer. Every other cell is copied as is (check cells, hints), the
+badge points at the student copy, and outputs are never written. The student copies are committed; CI
+(tests/test_student_notebooks.py) regenerates them and fails when they are out of date, then runs each one up to
+its first exercise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO / "notebooks"
+PATTERN = "0[1-7]_*.ipynb"
+MARKER = "# SOLUTION"
+TASK_RE = re.compile(r"^#\s*Exercise\s+([\w.]+):\s*(.+?)\s*$", re.M)
+STUDENT_NOTE = ("> **Student version.** Exercise cells raise `NotImplementedError` until you replace them with your "
+                "answer; run the check cell after each one. Instructors: the solutions are in `notebooks/`.\n\n")
+
+
+class StudentNotebookError(ValueError):
+    pass
+
+
+def is_solution(cell) -> bool:
+    return cell.cell_type == "code" and "solution" in cell.metadata.get("tags", [])
+
+
+def task_of(source: str, where: str) -> tuple[str, str]:
+    m = TASK_RE.search(source)
+    if not m:
+        raise StudentNotebookError(f"{where}: a solution cell must start with '# Exercise <n>: <task>'")
+    return m.group(1), m.group(2)
+
+
+def strip_solution(source: str, where: str = "a cell") -> str:
+    lines = source.splitlines()
+    if MARKER not in [line.strip() for line in lines]:
+        raise StudentNotebookError(f"{where}: a cell tagged 'solution' needs a '{MARKER}' line")
+    cut = [line.strip() for line in lines].index(MARKER)
+    label, task = task_of(source, where)
+    message = f"Student exercise: {task}"
+    return "\n".join([*lines[:cut], "# Your answer here: replace the next line with your code, then run the check cell.",
+                      f"raise NotImplementedError({message!r})"])
+
+
+def student_version(nb, name: str):
+    nb = copy.deepcopy(nb)
+    n = 0
+    for i, cell in enumerate(nb.cells):
+        if is_solution(cell):
+            cell.source = strip_solution(cell.source, f"{name} cell {i}")
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != "solution"] + ["exercise"]
+            n += 1
+        elif cell.cell_type == "code" and MARKER in cell.source.splitlines():
+            raise StudentNotebookError(f"{name} cell {i} has a '{MARKER}' line but no 'solution' tag")
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    first = nb.cells[0]
+    if first.cell_type == "markdown":
+        first.source = first.source.replace(f"/notebooks/{name}", f"/notebooks/student/{name}")
+        head, sep, rest = first.source.partition("\n\n")
+        first.source = head + sep + STUDENT_NOTE + rest if sep else first.source + "\n\n" + STUDENT_NOTE
+    if n == 0:
+        raise StudentNotebookError(f"{name} has no solution cell: every course notebook has at least one exercise")
+    nbformat.validate(nb)
+    return nb
+
+
+def write_all(out: Path, source: Path = SOURCE) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(source.glob(PATTERN)):
+        nb = student_version(nbformat.read(path, as_version=4), path.name)
+        target = out / path.name
+        nbformat.write(nb, target)
+        written.append(target)
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=SOURCE / "student")
+    args = ap.parse_args(argv)
+    try:
+        for path in write_all(args.out):
+            print("wrote", path)
+    except StudentNotebookError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Every self-check exercise (helpers.exercises) against known-right and known-wrong answers.
+
+A wrong answer must fail with feedback that names the failing case; a right one must pass; the reference solution
+printed by .solution() must itself pass; hint() and solution() print something. Fast: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+
+from helpers import exercises as E
+from helpers.grpo_math import group_advantages
+from helpers.rewards import completion_text
+
+# ------------------------------------------------------------------------------------------- answers
+
+
+def precision_right(cc):
+    return "bf16" if tuple(cc) >= (8, 0) else "fp16"
+
+
+def trainable_right(model):
+    ps = list(model.parameters())
+    total = sum(p.numel() for p in ps)
+    return sum(p.numel() for p in ps if p.requires_grad) / total if total else 0.0
+
+
+def gold_right(text):
+    return text.split("####")[-1].strip().replace(",", "").replace("$", "")
+
+
+def brevity_right(prompts=None, completions=None, **kwargs):
+    return [0.5 if len(completion_text(c).split()) <= 100 else 0.0 for c in completions]
+
+
+def advantages_right(rewards):
+    n = len(rewards)
+    m = sum(rewards) / n
+    s = math.sqrt(sum((r - m) ** 2 for r in rewards) / (n - 1))
+    return [(r - m) / (s + 1e-4) for r in rewards]
+
+
+def pass_at_k_right(n, c, k):
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+RIGHT = {
+    ("nb01", "q1"): precision_right,
+    ("nb02", "q1"): trainable_right,
+    ("nb03", "q1"): gold_right,
+    ("nb04", "q1"): brevity_right,
+    ("nb04", "q2"): advantages_right,
+    ("nb05", "q1"): E.largest_fitting_generations(),
+    ("nb05", "q2"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb06", "q1"): pass_at_k_right,
+    ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
+}
+
+
+def _pop_std_advantages(rewards):
+    n, m = len(rewards), sum(rewards) / len(rewards)
+    s = math.sqrt(sum((r - m) ** 2 for r in rewards) / n)
+    return [(r - m) / s if s else 0.0 for r in rewards]
+
+
+# (notebook, question, wrong answer, words the feedback must contain: the failing case and why)
+WRONG = [
+    ("nb01", "q1", lambda cc: "bf16", ["(7, 5)", "a T4", "'fp16'"]),
+    ("nb01", "q1", lambda cc: "fp16", ["(8, 0)", "an A100", "'bf16'"]),
+    ("nb01", "q1", lambda cc: "bf16" if cc[0] >= 7 else "fp16", ["(7, 5)", "should be 'fp16'"]),
+    ("nb01", "q1", "fp16", ["pass the function itself"]),
+    ("nb02", "q1", lambda m: 1.0, ["10 trainable of 120", "0.0833"]),
+    ("nb02", "q1", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
+     / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
+    ("nb02", "q1", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
+    ("nb03", "q1", lambda t: t.split("####")[-1].strip(), ["1,000", "'1000'", "comma"]),
+    ("nb03", "q1", lambda t: t.split("####")[-1].strip().replace(",", ""), ["$18", "'18'", "currency"]),
+    ("nb03", "q1", lambda t: t, ["#### 72", "after '####'"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
+     ["gave 0.5", "101-word answer", "should be 0.0"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
+     ["exactly 100 words", "gave 0.0", "should be 0.5"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+     [0.5 if len(str(c).split()) < 100 else 0.0 for c in completions], ["exactly 100 words", "should be 0.5"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+     [0.5 if len(c.split()) <= 100 else 0.0 for c in completions], ["conversational", "AttributeError"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+     0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0, ["10-word answer", "list"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+     [0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0] * len(completions),
+     ["batch of three", "[0.5, 0.0, 0.5]"]),
+    ("nb04", "q2", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
+    ("nb04", "q2", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
+    ("nb04", "q2", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
+    ("nb05", "q1", 2, ["num_generations=2", "fits too"]),
+    ("nb05", "q1", 64, ["num_generations=64", "does not fit"]),
+    ("nb05", "q1", 1, ["num_generations=1", "at least 2"]),
+    ("nb05", "q1", "eight", ["whole number"]),
+    ("nb05", "q2", {"A": "healthy", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+     ["run A", "'reward collapse'", "collapsed"]),
+    ("nb05", "q2", {"A": "reward collapse", "B": "healthy", "C": "no learning signal", "D": "no learning signal"},
+     ["run C", "'length cap'", "cut off"]),
+    ("nb05", "q2", {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "reward collapse"},
+     ["run D", "'no learning signal'", "frac_reward_zero_std = 1"]),
+    ("nb05", "q2", {"A": "reward collapse", "B": "length cap", "C": "length cap", "D": "no learning signal"},
+     ["run B", "'healthy'", "no warning"]),
+    ("nb05", "q2", {"A": "reward collapse"}, ["run B", "no diagnosis"]),
+    ("nb05", "q2", {"A": "overfitting", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+     ["run A", "not one of the choices"]),
+    ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
+    ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
+    ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
+    ("nb07", "q1", 256, ["max_completion_length=256", "fits too"]),
+    ("nb07", "q1", 4096, ["max_completion_length=4096", "does not fit"]),
+    ("nb07", "q1", 700, ["multiple of 64"]),
+]
+
+
+def _exercise(ns, q):
+    return getattr(E.ALL[ns], q)
+
+
+def test_every_notebook_has_an_exercise_and_every_exercise_is_tested():
+    declared = {(ns, q) for ns, space in E.ALL.items() for q in vars(space) if q.startswith("q")}
+    assert {ns for ns, _ in declared} == {f"nb0{i}" for i in range(1, 8)}
+    assert declared == set(RIGHT), "every exercise needs a known-right answer here"
+    assert declared == {(ns, q) for ns, q, _, _ in WRONG}, "every exercise needs known-wrong answers here"
+
+
+@pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
+def test_right_answer_passes(key):
+    result = _exercise(*key).check(RIGHT[key])
+    assert result.passed, result.message
+    assert repr(result).startswith("Correct!")
+
+
+@pytest.mark.parametrize("ns,q,answer,words", WRONG, ids=[f"{w[0]}.{w[1]}-{i}" for i, w in enumerate(WRONG)])
+def test_wrong_answer_fails_and_names_the_case(ns, q, answer, words):
+    result = _exercise(ns, q).check(answer)
+    assert not result.passed
+    assert result.case, "a failing check names its case"
+    for word in words:
+        assert word in result.message, f"{word!r} not in feedback: {result.message}"
+    assert repr(result).startswith("Not yet.")
+
+
+@pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
+def test_no_answer_says_what_to_do(key):
+    result = _exercise(*key).check()
+    assert not result.passed and "no answer yet" in result.message and result.case is None
+
+
+@pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
+def test_printed_solution_passes_its_own_check(key, capsys):
+    ex = _exercise(*key)
+    ex.hint()
+    ex.solution()
+    out = capsys.readouterr().out
+    assert out.startswith(f"Hint ({key[1]}):") and f"Solution ({key[1]}):" in out
+    source = textwrap.dedent(ex._solution)
+    scope: dict = {}
+    if key == ("nb07", "q1"):  # the lab notebook's own names
+        from helpers.memory import estimate
+        from helpers.training import get_preset
+
+        scope.update(estimate=estimate, t4=get_preset("t4"))
+    exec(compile(source, f"<solution {key}>", "exec"), scope)  # noqa: S102 - our own reference solution
+    answer = scope.get("answer")
+    if answer is None:
+        answer = next(v for k, v in scope.items() if callable(v) and not k.startswith("_")
+                      and getattr(v, "__module__", None) is None and k not in ("completion_text", "estimate"))
+    assert ex.check(answer).passed
+
+
+def test_synthetic_runs_are_classified_by_the_dashboard_warnings():
+    for seed in range(6):
+        for kind in E.CHOICES:
+            assert E.diagnose(E.synthetic_run(kind, seed=seed))[0] == kind, (kind, seed)
+    assert {letter: E.diagnose(rows)[0] for letter, rows in E.runs().items()} == E.RUN_KINDS
+
+
+def test_plot_runs_draws_four_panels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = E.nb05.q2.plot()
+    assert len([ax for ax in fig.axes if ax.get_title().startswith("run ")]) == 4
+
+
+def test_advantage_checker_uses_trl_formula():
+    assert E.nb04.q2.check(lambda r: group_advantages(r)).passed

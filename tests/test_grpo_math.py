@@ -1,0 +1,101 @@
+"""helpers.grpo_math against hand-computed numbers and against TRL 1.15's own advantage code.
+
+TRL computes the advantages inline in GRPOTrainer._generate_and_score_completions (not a function we can call),
+so the cross-check re-runs those exact tensor lines with TRL's exported nanstd (trl.trainer.utils.nanstd), and a
+source check makes sure the pinned TRL still has them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+
+from helpers import grpo_math as G
+
+
+def test_hand_computed_group():
+    # rewards 4, 0, 2, 0: mean 1.5; deviations 2.5, -1.5, 0.5, -1.5; sample variance (6.25+2.25+0.25+2.25)/3 = 11/3
+    std = math.sqrt(11 / 3)
+    want = [2.5 / (std + 1e-4), -1.5 / (std + 1e-4), 0.5 / (std + 1e-4), -1.5 / (std + 1e-4)]
+    assert G.group_advantages([4.0, 0.0, 2.0, 0.0]) == pytest.approx(want, abs=1e-12)
+    assert G.group_advantages([1.0, 0.0]) == pytest.approx([0.5 / (math.sqrt(0.5) + 1e-4), -0.5 / (math.sqrt(0.5) + 1e-4)])
+
+
+def test_tied_group_has_no_signal():
+    assert G.group_advantages([2.0, 2.0, 2.0]) == [0.0, 0.0, 0.0]
+    assert not G.group_stats([2.0, 2.0])["signal"] and G.group_stats([2.0, 0.0])["signal"]
+
+
+def test_groups_are_normalised_separately_and_shift_invariant():
+    two = G.group_advantages([1.0, 0.0, 5.0, 5.0], num_generations=2)
+    assert two[:2] == pytest.approx(G.group_advantages([1.0, 0.0])) and two[2:] == [0.0, 0.0]
+    assert G.group_advantages([3.0, 2.0, 4.0]) == pytest.approx(G.group_advantages([1.0, 0.0, 2.0]))
+    with pytest.raises(ValueError, match="groups of num_generations=3"):
+        G.group_advantages([1.0, 2.0], num_generations=3)
+
+
+def test_unscorable_completions_get_zero_and_are_left_out():
+    adv = G.group_advantages([1.0, None, 0.0, float("nan")])
+    assert adv[1] == 0.0 and adv[3] == 0.0
+    assert [adv[0], adv[2]] == pytest.approx(G.group_advantages([1.0, 0.0]))
+
+
+def _trl_reference(rewards, num_generations, scale):
+    """The lines of TRL 1.15's _generate_and_score_completions (sum_then_normalize), with its own nanstd."""
+    import torch
+    from trl.trainer.utils import nanstd
+
+    rewards = torch.tensor(rewards, dtype=torch.float32)
+    mean_grouped = torch.nanmean(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
+    if scale in ("group", "none"):
+        std = nanstd(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations, dim=0)
+    else:
+        std = nanstd(rewards).expand_as(rewards)
+    adv = rewards - mean_grouped
+    if scale != "none":
+        adv = adv / (std + 1e-4)
+    return torch.nan_to_num(adv, nan=0.0).tolist()
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("rewards,g", [([4.0, 0.0, 2.5, 0.0], 4), ([0.5, 1.0, 4.0, 0.0, 0.0, 2.5], 3),
+                                       ([1.0, 1.0, 0.0, 2.0, 3.0, 3.0, 3.0, 3.0], 4), ([2.0, float("nan"), 0.0, 1.0], 2)])
+def test_matches_trl(rewards, g, scale):
+    assert G.group_advantages(rewards, num_generations=g, scale=scale) == pytest.approx(
+        _trl_reference(rewards, g, scale), abs=1e-5)
+
+
+def test_pinned_trl_still_computes_advantages_this_way():
+    from trl.trainer import grpo_trainer
+
+    src = inspect.getsource(grpo_trainer.GRPOTrainer._generate_and_score_completions)
+    for line in ("advantages = rewards - mean_grouped_rewards", "advantages = advantages / (std_rewards + 1e-4)",
+                 "std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)"):
+        assert line in src, f"TRL changed its advantage computation: {line!r} is gone; update helpers/grpo_math.py"
+    from trl import GRPOConfig
+
+    assert GRPOConfig.__dataclass_fields__["scale_rewards"].default == "group"
+    assert GRPOConfig.__dataclass_fields__["loss_type"].default == "dapo"
+
+
+def test_first_step_loss():
+    adv = G.group_advantages([4.0, 0.0, 2.0, 0.0])
+    assert G.first_step_loss(adv, [10, 10, 10, 10]) == pytest.approx(0.0, abs=1e-12)  # equal lengths: exactly 0
+    assert G.first_step_loss(adv, [5, 20, 5, 20], "grpo") == pytest.approx(0.0, abs=1e-12)
+    unequal = G.first_step_loss(adv, [5, 20, 5, 20])  # good answers short: positive (length-advantage covariance)
+    assert unequal > 0 and abs(unequal) < 1
+    assert G.first_step_loss([0.0, 0.0], [3, 9]) == 0.0
+
+
+def test_explain_and_widget_work_headless():
+    rows = G.explain_group(["a", "b", "c"], [1.0, 0.0, 0.0])
+    assert [r["tokens"] for r in rows] == ["pushed UP", "pushed down", "pushed down"]
+    w = G.advantage_widget()
+    assert [r["tokens"] for r in w.rows][0] == "pushed UP"
+    w.set_rewards([2.0, 2.0, 2.0, 2.0])
+    assert all(r["advantage"] == 0.0 for r in w.rows) and "teaches nothing" in w.text
+    if w.sliders:  # ipywidgets installed: moving a slider recomputes
+        w.sliders[1].value = 4.0
+        assert w.rows[1]["tokens"] == "pushed UP"

@@ -1,0 +1,113 @@
+"""The student copies (notebooks/student/): in sync with the instructor notebooks, and runnable up to their first
+exercise.
+
+- sync: scripts/make_student_notebooks.py regenerates them into a temporary folder; the result must equal the
+  committed files (fix: run `.venv/bin/python scripts/make_student_notebooks.py` and commit notebooks/student/).
+- run: each student notebook is executed cell by cell with nbclient on a fresh kernel (CI's tiny parameters,
+  injected after the parameters cell as papermill would) until its first exercise cell; every cell before it must
+  run without error, and the exercise cell must raise NotImplementedError("Student exercise: ..."). The first
+  exercise of every notebook comes before any training, so this stays quick.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INSTRUCTOR = sorted((ROOT / "notebooks").glob("0[1-7]_*.ipynb"))
+STUDENT_DIR = ROOT / "notebooks" / "student"
+TINY = {"PRESET": "cpu", "MAX_STEPS": 2, "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "BATCH_SIZE": 4,
+        "MAX_COMPLETION_LENGTH": 32, "EVAL_MAX_NEW_TOKENS": 32}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_student_notebooks", ROOT / "scripts" / "make_student_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ids(paths):
+    return [p.stem for p in paths]
+
+
+def test_every_instructor_notebook_has_a_student_copy():
+    assert [p.name for p in INSTRUCTOR] == sorted(p.name for p in STUDENT_DIR.glob("*.ipynb"))
+
+
+def test_student_copies_are_in_sync(tmp_path):
+    _generator().write_all(tmp_path)
+    stale = [p.name for p in INSTRUCTOR
+             if (tmp_path / p.name).read_text() != (STUDENT_DIR / p.name).read_text()]
+    assert not stale, (f"notebooks/student/ is out of date for {stale}: run `.venv/bin/python "
+                       "scripts/make_student_notebooks.py` and commit notebooks/student/")
+
+
+@pytest.mark.parametrize("path", INSTRUCTOR, ids=_ids(INSTRUCTOR))
+def test_student_copy_has_no_solutions(path):
+    instructor = nbformat.read(path, as_version=4)
+    student = nbformat.read(STUDENT_DIR / path.name, as_version=4)
+    assert len(instructor.cells) == len(student.cells)
+    n = 0
+    for a, b in zip(instructor.cells, student.cells):
+        if "solution" in a.metadata.get("tags", []):
+            n += 1
+            solution_body = a.source.split("# SOLUTION", 1)[1].strip()
+            assert solution_body and solution_body not in b.source
+            assert "raise NotImplementedError(" in b.source and "Student exercise: " in b.source
+            assert "exercise" in b.metadata.get("tags", []) and "solution" not in b.metadata.get("tags", [])
+        elif a.cell_type == "code":
+            assert a.source == b.source
+        assert b.cell_type != "code" or (not b.outputs and b.execution_count is None)
+    assert n >= 1, "every notebook has at least one exercise"
+
+
+def test_generator_refuses_a_malformed_solution_cell():
+    gen = _generator()
+    with pytest.raises(gen.StudentNotebookError, match="# SOLUTION"):
+        gen.strip_solution("# Exercise 1.1: do it\nx = 1")
+    with pytest.raises(gen.StudentNotebookError, match="# Exercise <n>: <task>"):
+        gen.strip_solution("x = 1\n# SOLUTION\nx = 2")
+    assert gen.strip_solution("# Exercise 9.9: add one\n# SOLUTION\nx = 2").endswith(
+        "raise NotImplementedError('Student exercise: add one')")
+
+
+def _prepared(path: Path, run_dir: Path):
+    """The cells up to and including the first exercise, with CI's parameters injected after the parameters cell."""
+    nb = nbformat.read(path, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if "exercise" in c.metadata.get("tags", []))
+    cells = nb.cells[: first + 1]
+    params = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+    if "PRESET" in cells[params].source:
+        values = {**TINY, "RUN_DIR": str(run_dir)}
+        injected = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in values.items()))
+        cells.insert(params + 1, injected)
+    nb.cells = cells
+    return nb
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", sorted(STUDENT_DIR.glob("0[1-7]_*.ipynb")), ids=_ids(sorted(STUDENT_DIR.glob("*.ipynb"))))
+def test_student_notebook_runs_up_to_its_first_exercise(path, tmp_path):
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = _prepared(path, tmp_path / "run")
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    started = time.time()
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells[:-1]):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, index)  # raises CellExecutionError on any error
+        with pytest.raises(CellExecutionError):
+            client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+    errors = [o for o in nb.cells[-1].outputs if o.output_type == "error"]
+    assert errors and errors[0].ename == "NotImplementedError"
+    assert errors[0].evalue.startswith("Student exercise: ")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists(), "the first exercise must come before any training"
+    assert time.time() - started < 240
