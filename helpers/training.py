@@ -86,6 +86,12 @@ class PresetError(ValueError):
     """A preset setting that cannot work; the message names the field and the fix."""
 
 
+# Shared by the GSM8K recipes (t4 and the multi-GPU ones): the same data and the optimizer schedule of Unsloth's
+# reference GRPO notebooks.
+_GSM8K_DATA = dict(dataset="gsm8k", train_size=7473, eval_size=200, worked_example=False, max_prompt_length=256)
+_GSM8K_SCHEDULE = dict(learning_rate=5e-6, weight_decay=0.1, warmup_steps=10, lr_scheduler_type="cosine",
+                       max_grad_norm=0.1)
+
 PRESETS = {
     "cpu": Preset(
         name="cpu",
@@ -125,21 +131,13 @@ PRESETS = {
         gpu_memory_utilization=0.3,
         lora_rank=16,
         lora_alpha=16,
-        dataset="gsm8k",
-        train_size=7473,
-        eval_size=200,
-        worked_example=False,
-        max_prompt_length=256,
+        **_GSM8K_DATA,
         num_generations=6,
         per_device_train_batch_size=6,
         gradient_accumulation_steps=1,
         max_completion_length=256,
         temperature=1.0,
-        learning_rate=5e-6,
-        weight_decay=0.1,
-        warmup_steps=10,
-        lr_scheduler_type="cosine",
-        max_grad_norm=0.1,
+        **_GSM8K_SCHEDULE,
         optim="adamw_8bit",
         gradient_checkpointing=True,  # passed to Unsloth as use_gradient_checkpointing="unsloth"
         max_steps=250,
@@ -162,21 +160,13 @@ PRESETS = {
         vllm_tensor_parallel_size=1,
         lora_rank=16,
         lora_alpha=32,
-        dataset="gsm8k",
-        train_size=7473,
-        eval_size=200,
-        worked_example=False,
-        max_prompt_length=256,
+        **_GSM8K_DATA,
         num_generations=8,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=2,  # 8 x 2 processes x 2 = 32 completions = 4 prompts per step
         max_completion_length=512,
         temperature=1.0,
-        learning_rate=5e-6,
-        weight_decay=0.1,
-        warmup_steps=10,
-        lr_scheduler_type="cosine",
-        max_grad_norm=0.1,
+        **_GSM8K_SCHEDULE,
         optim="adamw_torch",
         gradient_checkpointing=True,
         max_steps=250,
