@@ -47,6 +47,10 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def _is_converted(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
 def prepare_embedded_model(target: Path | None = None) -> Path:
     """Convert the embedded GGUF into a plain safetensors folder once; later calls return the cached folder.
 
@@ -56,7 +60,7 @@ def prepare_embedded_model(target: Path | None = None) -> Path:
     half-written model that looks complete.
     """
     target = Path(target) if target is not None else cache_dir() / EMBEDDED_NAME
-    if (target / "config.json").is_file() and any(target.glob("*.safetensors")):
+    if _is_converted(target):
         return target
     gguf = embedded_gguf_path()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -77,9 +81,15 @@ def prepare_embedded_model(target: Path | None = None) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if _is_converted(target):  # another process (accelerate launch) finished first: use its copy
+            return target
         if target.exists():  # a leftover without weights: not a user's work, safe to replace
             shutil.rmtree(target)
-        tmp.rename(target)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not _is_converted(target):  # not a concurrent twin's finished copy: a real error
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -47,9 +47,9 @@ class Preset:
     gradient_accumulation_steps: int = 1
     max_completion_length: int = 64
     temperature: float = 1.0
-    # How TRL scales group-relative advantages: "group" divides by each group's reward std, which blows tiny,
-    # meaningless differences (a stray trailing character) up to full-size advantages once every completion is
-    # formatted alike; "none" keeps advantages in reward units, so a correct answer (2.0) dominates.
+    # How TRL scales group-relative advantages: "group" (GRPO) divides by each group's reward std; "none"
+    # (Dr. GRPO) keeps them in reward units. On the cpu demo "none" learned less (measured, 30 steps, T=0.8:
+    # accuracy 0.22 -> 0.22 against 0.22 -> 0.32 with "group"), so every preset keeps TRL's default.
     scale_rewards: str = "group"
     beta: float = 0.0  # > 0 loads a reference model: more memory
     learning_rate: float = 5e-4
@@ -111,8 +111,10 @@ PRESETS = {
         per_device_train_batch_size=8,  # 1 prompt x 8 completions per step: what fits 12 minutes on 2 cores
         max_completion_length=64,
         temperature=1.0,
-        learning_rate=5e-4,
-        max_steps=30,
+        learning_rate=5e-4,  # 1e-3 collapsed to one short answer (measured: accuracy 0.22 -> 0.06)
+        # 30 steps mostly taught the format (accuracy 0.22 -> 0.34); correctness climbs from about step 25 on,
+        # and 40 steps reached 0.22 -> 0.52 in 8 minutes on 2 cores (README "Measured on the CPU path").
+        max_steps=40,
         eval_max_new_tokens=64,
     ),
     "t4": Preset(
