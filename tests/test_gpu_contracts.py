@@ -17,8 +17,11 @@ skipped.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -344,3 +347,69 @@ def test_grpo_config_with_checkpoints_accepts_kit_kwargs(t4_settings, t4_runtime
     fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
     kw = grpo_config_kwargs(t4_settings, t4_runtime, save_steps=25)
     assert not set(kw) - fields and kw["save_strategy"] == "steps"
+
+
+# ------------------------------------------------------------------ TRL's own vLLM imports vs the pinned vLLM
+# TRL 1.15 imports vLLM names at module level whenever vllm is installed (trl/generation/*.py), and
+# GRPOTrainer imports that module. If one of those names is missing from the pinned vLLM, importing
+# GRPOTrainer fails on the GPU stack before Unsloth can patch anything. TRL supports vLLM 0.21-0.31 and only
+# warns outside that range, so this test checks the names themselves against vllm==<pin>.
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".")[:3] if x.isdigit())
+
+
+def _guard_holds(test: ast.AST, flags: dict[str, bool], pinned: str) -> bool | None:
+    """Evaluate `is_vllm_available(...)` / a flag bound to it; None when the guard is about something else."""
+    if isinstance(test, ast.Name):
+        return flags.get(test.id)
+    if isinstance(test, ast.Call) and getattr(test.func, "id", None) == "is_vllm_available":
+        minimum = next((k.value.value for k in test.keywords if k.arg == "min_version"), None)
+        return minimum is None or _version_tuple(pinned) >= _version_tuple(minimum)
+    return None
+
+
+def _trl_vllm_imports(pinned: str) -> list[tuple[str, str, str]]:
+    import trl
+
+    found = []
+    for path in sorted((Path(trl.__file__).parent / "generation").glob("*.py")):
+        flags: dict[str, bool] = {}
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+                holds = _guard_holds(node.value, flags, pinned)
+                if holds is not None and isinstance(node.targets[0], ast.Name):
+                    flags[node.targets[0].id] = holds
+            branch = node
+            while isinstance(branch, ast.If):
+                holds = _guard_holds(branch.test, flags, pinned)
+                if holds is None:
+                    break
+                if holds:
+                    found += [(path.name, imp.module, alias.name) for imp in branch.body
+                              if isinstance(imp, ast.ImportFrom) and imp.level == 0
+                              and (imp.module == "vllm" or (imp.module or "").startswith("vllm."))
+                              for alias in imp.names]
+                    break
+                branch = branch.orelse[0] if len(branch.orelse) == 1 else None
+    return found
+
+
+def test_trl_module_level_vllm_imports_exist_in_pinned_vllm(vllm_root):
+    pinned = ps.pinned_version("vllm")
+    imports = _trl_vllm_imports(pinned)
+    assert any(name == "SamplingParams" for _, _, name in imports), "found none of TRL's vLLM imports: reader broken?"
+    missing = []
+    for trl_file, module, name in imports:
+        base = vllm_root.joinpath(*module.split("."))
+        source = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if not source.is_file():
+            missing.append(f"trl/generation/{trl_file}: module {module} does not exist in vllm=={pinned}")
+            continue
+        text = source.read_text()
+        defined = re.search(rf"^(class|def)\s+{name}\b|^{name}\s*[:=]|\bimport\b.*\b{name}\b|[\"']{name}[\"']",
+                            text, re.M)
+        if not defined:
+            missing.append(f"trl/generation/{trl_file}: {module}.{name} is not defined in vllm=={pinned}")
+    assert not missing, "\n".join(missing)
