@@ -584,6 +584,18 @@ Built for *this* runtime: on a T4 `fp16=True, bf16=False` (no bf16 on compute ca
 config = build_grpo_config(kit.preset, kit.runtime, output_dir=str(kit.run_dir / "trainer"))
 why = course.describe_config(kit, config)
 """),
+    md("""
+### Will it fit? The predicted memory of the t4 recipe
+
+Before a single step runs, the memory model (`helpers.memory`, docs/memory.md) adds up where GRPO's GPU memory
+goes for the t4 preset: vLLM's reservation (weights and KV cache), LoRA, optimizer, activations, logits and the
+CUDA context. The dashed lines are the 7 GB budget and the 14.56 GB a T4 shows to PyTorch. While training, the
+dashboard's memory panel shows what was really used; if a run ever runs out of memory, the kit prints the
+cheapest changes that would fit (`helpers.oom_doctor`).
+"""),
+    code("""
+course.plot_predicted_memory(kit);
+"""),
     *exercises_intro("nb05", "The second exercise comes after training."),
     *exercise("5.1", "find the largest num_generations that fits 7 GB with max_completion_length=512 (helpers.memory.estimate)",
               """
