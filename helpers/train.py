@@ -202,20 +202,19 @@ def run(args) -> dict:
     rt.check(runtime, want_gpu=preset.backend == "unsloth", need_free_gb=need_free_gb)
     config = json.loads(json.dumps(preset.to_dict(), default=list))
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    checkpoint_dir = getattr(args, "checkpoint_dir", None)
-    if getattr(args, "drive", False) and checkpoint_dir is None:
+    checkpoint_dir = args.checkpoint_dir
+    if args.drive and checkpoint_dir is None:
         from helpers.checkpoints import checkpoint_root
 
         checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
     from helpers.distributed import on_main_then_share
 
     # several processes: process 0 plans (creates or refuses) the folder and every process uses its plan
-    plan = on_main_then_share(lambda: plan_run(run_dir, preset.name, args.overwrite, resume=getattr(args, "resume", None),
+    plan = on_main_then_share(lambda: plan_run(run_dir, preset.name, args.overwrite, resume=args.resume,
                                                checkpoint_dir=checkpoint_dir, config=config),
                               cpu=preset.backend == "cpu")
     run_dir = plan.run_dir
-    save_steps = getattr(args, "save_steps", None)
-    save_steps = default_save_steps(preset) if save_steps is None else save_steps
+    save_steps = default_save_steps(preset) if args.save_steps is None else args.save_steps
     print(f"[grpo-kit] {runtime.describe()}")
     print(f"[grpo-kit] preset {preset.name}: {preset.description}")
     if dist_info.is_main:
@@ -225,7 +224,7 @@ def run(args) -> dict:
         if run_dir.resolve() not in plan.checkpoint_dir.resolve().parents:  # e.g. on Drive: keep what resume needs
             shutil.copy2(run_dir / "config.json", plan.checkpoint_dir / "config.json")
         print(f"[grpo-kit] a checkpoint every {save_steps} steps in {plan.checkpoint_dir} (the last "
-              f"{getattr(args, 'keep', 2)} kept); run the same command again to resume after an interruption")
+              f"{args.keep} kept); run the same command again to resume after an interruption")
 
     started = time.time()
     from helpers.model import load
@@ -278,11 +277,11 @@ def run(args) -> dict:
     if save_steps and dist_info.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
         from helpers.checkpoints import KeepLastCheckpoints
 
-        trainer.add_callback(KeepLastCheckpoints(plan.checkpoint_dir, getattr(args, "keep", 2)))
-    if getattr(args, "dashboard", "auto") != "off" and dist_info.is_main:
+        trainer.add_callback(KeepLastCheckpoints(plan.checkpoint_dir, args.keep))
+    if args.dashboard != "off" and dist_info.is_main:
         from helpers.dashboard import TrainingDashboard
 
-        TrainingDashboard(run_dir, mode=getattr(args, "dashboard", "auto"), history=read_metrics(run_dir / "metrics.jsonl"),
+        TrainingDashboard(run_dir, mode=args.dashboard, history=read_metrics(run_dir / "metrics.jsonl"),
                           max_completion_length=preset.max_completion_length,
                           title=f"GRPO on {preset.model_name}").attach(trainer)
     train_started = time.time()
@@ -325,7 +324,7 @@ def run(args) -> dict:
     }
     from helpers.evaluation import eval_report, pass_at_k_before_after, write_eval
 
-    k_samples = getattr(args, "pass_k_samples", 0) or 0
+    k_samples = args.pass_k_samples
     pass_k = None
     if k_samples:
         print(f"[grpo-kit] sampled pass@k with {k_samples} samples per question, before and after ...")
