@@ -45,6 +45,14 @@ VLLM_WORKSPACE_GB = 0.5
 # its own target. Unsloth's T4 CI peaks (Qwen3-4B at a requested 0.5: 13.4-13.8 GB; Qwen3-0.6B at 0.95:
 # 11.3-11.8 GB) are both matched within ~10% by a reservation of ~0.76 x card. Two points, one GPU: a fit.
 STANDBY_UTILIZATION_FIT = 0.76
+# FITTED (results/gpu/, H100 as a T4): transformers generate through Unsloth holds, at the prompt's prefill, about
+# 1.6 x one layer's activations per prompt token beside the KV cache (fit over 5 runs: Qwen2.5-1.5B fp16 with 6 or
+# 8 completions, 256 or 512 completion tokens; SmolLM2-135M fp32; each within 5%).
+GENERATE_WORKSPACE_LAYERS = 1.6
+# FITTED: Unsloth's GRPO loss computes logits in chunks it sizes at run time (unsloth_logit_chunk_multiplier and a
+# mini-batch tuned to free memory); measured, the logits part did not grow from 256 to 512 completion tokens, so
+# at most this many completion positions of one row are modelled as alive at once.
+CHUNKED_LOGIT_TOKENS = 256
 # Bytes of optimizer state per trainable parameter.
 OPTIMIZER_BYTES = {
     "adamw_torch": 8, "adamw_torch_fused": 8, "adamw_hf": 8, "adamw": 8, "adam": 8, "paged_adamw_32bit": 8,
@@ -229,6 +237,7 @@ class MemorySettings:
     standby_utilization: float | None = None  # the fraction standby really reserves, if known
     vllm_shares_weights: bool = True  # Unsloth fast_inference: one copy of the weights for vLLM and training
     chunked_logits: bool = True  # Unsloth's memory-efficient GRPO loss
+    offload_checkpoints: bool = False  # Unsloth's checkpointing ("unsloth") keeps each layer's input on the CPU
     compute_dtype_bytes: int = 2  # fp16/bf16 activations; 4 for the CPU demo's fp32
 
     def validate(self) -> None:
@@ -293,6 +302,7 @@ def settings_from_preset(preset) -> MemorySettings:
         gpu_memory_utilization=preset.gpu_memory_utilization,
         standby=bool(preset.extra.get("standby", False)),
         chunked_logits=preset.backend == "unsloth",
+        offload_checkpoints=preset.backend == "unsloth" and preset.gradient_checkpointing,
         compute_dtype_bytes=4 if cpu else 2,
     )
 
@@ -344,27 +354,39 @@ def activation_bytes_per_token_layer(arch: ModelArch, dtype_bytes: int) -> int:
 def activation_bytes(arch: ModelArch, s: MemorySettings) -> float:
     """tokens = per_device_train_batch_size x (prompt + completion).
 
-    Without checkpointing: tokens x layers x per-layer bytes. With it: only each layer's input (tokens x layers x
-    h x dtype) is kept and one layer is recomputed at a time (+ tokens x per-layer bytes). Both add the final
-    hidden states (tokens x h x dtype x 2). Unsloth's checkpointing can offload layer inputs to CPU: ignored, so
-    this errs high.
+    Without checkpointing: tokens x layers x per-layer bytes. With it: each layer's input (tokens x layers x h x
+    dtype) is kept and one layer is recomputed at a time (+ tokens x per-layer bytes); Unsloth's checkpointing
+    (offload_checkpoints) keeps those layer inputs on the CPU, so only the recomputed layer is on the GPU
+    (measured: results/gpu/, docs/memory.md). Both add the final hidden states (tokens x h x dtype x 2).
     """
     tokens = s.per_device_train_batch_size * (s.max_prompt_length + s.max_completion_length)
     per_layer = activation_bytes_per_token_layer(arch, s.compute_dtype_bytes)
     final = tokens * arch.hidden_size * s.compute_dtype_bytes * 2
     if s.gradient_checkpointing:
-        return tokens * (arch.num_layers * arch.hidden_size * s.compute_dtype_bytes + per_layer) + final
+        kept_inputs = 0 if s.offload_checkpoints else arch.num_layers * arch.hidden_size * s.compute_dtype_bytes
+        return tokens * (kept_inputs + per_layer) + final
     return tokens * arch.num_layers * per_layer + final
 
 
 def logits_bytes(arch: ModelArch, s: MemorySettings) -> float:
-    """batch x completion_len x vocab x LOGITS_BYTES_PER_ELEMENT (16-bit logits + fp32 log-softmax = 6 bytes).
+    """batch x completion_len x vocab x bytes per element (16-bit logits + their fp32 log-softmax = 6 bytes; an
+    fp32 model's logits are 4 bytes, so 8).
 
     TRL keeps only the completion positions (logits_to_keep). Unsloth's memory-efficient GRPO loss computes
-    logits one completion at a time, so the batch factor drops out (chunked_logits=True).
+    logits in chunks (chunked_logits=True): one row of at most CHUNKED_LOGIT_TOKENS positions (fitted).
     """
-    rows = 1 if s.chunked_logits else s.per_device_train_batch_size
-    return rows * s.max_completion_length * arch.vocab_size * LOGITS_BYTES_PER_ELEMENT
+    per_element = s.compute_dtype_bytes + 4
+    if s.chunked_logits:
+        return min(s.max_completion_length, CHUNKED_LOGIT_TOKENS) * arch.vocab_size * per_element
+    return s.per_device_train_batch_size * s.max_completion_length * arch.vocab_size * per_element
+
+
+def generate_workspace_bytes(arch: ModelArch, s: MemorySettings) -> float:
+    """transformers generate's prefill: generation batch x prompt tokens x GENERATE_WORKSPACE_LAYERS x one layer's
+    activations per token (fitted, see the constant)."""
+    gen_batch = s.per_device_train_batch_size * s.gradient_accumulation_steps
+    return gen_batch * s.max_prompt_length * GENERATE_WORKSPACE_LAYERS * activation_bytes_per_token_layer(
+        arch, s.compute_dtype_bytes)
 
 
 def kv_bytes_per_token(arch: ModelArch, dtype_bytes: int = 2) -> int:
@@ -384,7 +406,7 @@ class MemoryEstimate:
 
     The component fields hold each thing's full size. vllm_reservation is gpu_memory_utilization x card and
     already contains the weights when vLLM shares them (weights_inside_vllm) and its KV cache (kv_cache).
-    For the HF engine kv_cache is transformers generate's cache, alive during generation only.
+    For the HF engine kv_cache is transformers generate's cache plus its prefill workspace, alive during generation only.
     `components` gives the parts of the peak phase, which add up to peak_gb.
     """
 
@@ -408,6 +430,7 @@ class MemoryEstimate:
     training_peak_gb: float
     peak_phase: str
     components: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # {"generation": parts, "training": parts}, each like components
     notes: tuple = ()
     settings: MemorySettings | None = None
 
@@ -517,6 +540,7 @@ def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = 7.0, **over
     else:
         gen_batch = s.per_device_train_batch_size * s.gradient_accumulation_steps
         kv = gen_batch * (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch, s.compute_dtype_bytes) / GIB
+        kv += generate_workspace_bytes(arch, s) / GIB
 
     # Additive parts: when vLLM shares the weights they are listed under weights and the reservation's
     # remainder (KV cache + workspace) under vllm_reservation, so the parts still add up to the peak.
@@ -544,7 +568,7 @@ def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = 7.0, **over
         cuda_context_and_allocator=parts["cuda_context_and_allocator"],
         weights_inside_vllm=inside and s.engine == "vllm", vllm_starts=vllm_starts,
         generation_peak_gb=gen_total, training_peak_gb=train_total, peak_phase=phase,
-        components=parts, notes=tuple(notes), settings=s,
+        components=parts, phases={"generation": gen, "training": train}, notes=tuple(notes), settings=s,
     )
 
 

