@@ -133,6 +133,8 @@ def test_from_pretrained_accepts_kit_kwargs(t4_settings, unsloth_root):
     from helpers.model import unsloth_load_kwargs
 
     _assert_known(unsloth_load_kwargs(t4_settings), FROM_PRETRAINED)
+    # scripts/benchmark_memory.py --emulate-gpu t4 also passes dtype (fp16 on a card that would pick bf16)
+    _assert_known({"dtype": None}, FROM_PRETRAINED)
 
 
 def test_get_peft_model_accepts_kit_kwargs(t4_settings, unsloth_root):
