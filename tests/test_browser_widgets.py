@@ -72,7 +72,7 @@ class Console:
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1400, "height": 2000}  # tall: the dashboard fits in one shot)
     pg = context.new_page()
     pg.set_default_timeout(60_000)
     pg.console = Console(pg)
@@ -118,7 +118,8 @@ def _run_lesson(page, lab, source: Path, name: str, timeout_s: float, on_poll=No
 
 def _check_playground(page, prefix: str) -> None:
     playground = page.locator(PLAYGROUND)
-    assert playground.count() == 1, f"one reward playground expected, found {playground.count()}"
+    assert playground.count() == 1, (f"one reward playground expected, found {playground.count()} (did Run All stop "
+                                     f"before it? errors: {page.evaluate(nbb.NOTEBOOK_STATE_JS)['errors']})")
     before = _scores(playground)
     assert before.get("total") == pytest.approx(4.0), f"the lesson's completion scores 4 of 4: {before}"
     _shot(playground, f"{prefix}playground-before.png")
@@ -151,7 +152,8 @@ def _advantages_shown(widget) -> tuple[list[float], list[float], list[float]]:
 
 def _check_advantage_slider(page, prefix: str) -> None:
     widget = page.locator(ADVANTAGES)
-    assert widget.count() == 1, f"one advantage widget expected, found {widget.count()}"
+    assert widget.count() == 1, (f"one advantage widget expected, found {widget.count()} (did Run All stop before "
+                                 f"it? errors: {page.evaluate(nbb.NOTEBOOK_STATE_JS)['errors']})")
     sliders = widget.locator(".widget-hslider")
     assert sliders.count() >= 2, "one slider per completion of the example group"
     readouts, rewards, advantages = _advantages_shown(widget)
@@ -201,3 +203,63 @@ def test_rewards_lesson_widgets_respond(page, lab, source):
     page.screenshot(path=str(nbb.ARTIFACTS / f"{prefix}page.png"), full_page=False)
     _assert_clean(page)
     print(f"{source.relative_to(ROOT)}: opened, run and worked in the browser in {time.time() - start:.0f} s")
+
+
+# The dashboard as the page shows it: how many status blocks and figures its cell holds, the figure's identity
+# (its image data changes on every redraw) and the status line.
+DASHBOARD_JS = """sel => {
+  const status = [...document.querySelectorAll(sel)];
+  if (!status.length) return {status: 0};
+  const cell = status[0].closest('.jp-Cell');
+  const images = [...cell.querySelectorAll('.jp-OutputArea-output img')];
+  return {status: status.length, statusInCell: cell.querySelectorAll(sel).length, images: images.length,
+          src: images.length ? images[0].src.length + ':' + images[0].src.slice(-80) : null,
+          text: status[0].innerText.trim(), cellPrompt: cell.querySelector('.jp-InputPrompt').textContent.trim(),
+          samples: cell.querySelectorAll('.grpo-dashboard-samples').length};
+}"""
+
+
+class DashboardWatch:
+    """Polled while the lesson runs: every distinct state of the dashboard the page showed."""
+
+    def __init__(self):
+        self.seen: list[dict] = []
+        self.shot = False
+
+    def __call__(self, page):
+        state = page.evaluate(DASHBOARD_JS, DASHBOARD_STATUS)
+        if state["status"] and (not self.seen or state != self.seen[-1]):
+            self.seen.append(state)
+            if not self.shot and state["images"]:
+                cell = page.locator(".jp-Cell", has=page.locator(DASHBOARD_STATUS))
+                _shot(cell.locator(".jp-Cell-outputWrapper"), "05-dashboard-during-training.png")
+                self.shot = True
+
+
+def test_training_dashboard_redraws_in_place(page, lab, tmp_path):
+    start = time.time()
+    watch = DashboardWatch()
+    copy = nbb.parameterised_copy(ROOT / "notebooks" / TRAINING_LESSON, {**TINY, "RUN_DIR": str(tmp_path / "run")},
+                                  f"05-{TRAINING_LESSON}")
+    nbb.open_notebook(page, lab, copy)
+    state = nbb.run_all(page, timeout_s=900, on_poll=watch, poll_s=0.25)
+    assert not state["errors"], f"the lesson raised: {state['errors']}"
+    assert all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"]), f"every cell ran: {state['prompts']}"
+    final = page.evaluate(DASHBOARD_JS, DASHBOARD_STATUS)
+    watch.seen.append(final)
+    steps = TINY["MAX_STEPS"]
+    # One dashboard, one figure, at every moment the page was looked at: redrawn in place, never stacked.
+    assert all(s["status"] == 1 and s["statusInCell"] == 1 for s in watch.seen), watch.seen
+    assert all(s["images"] <= 1 for s in watch.seen), f"figures piled up: {watch.seen}"
+    assert final["images"] == 1 and final["samples"] == 1
+    # Redrawn: the page showed the figure of more than one step, and the status line of each step in turn.
+    shown_steps = sorted({int(m.group(1)) for s in watch.seen for m in [re.match(r"step (\d+)/", s["text"])] if m})
+    assert shown_steps == list(range(1, steps + 1)), f"the status line went through every step: {watch.seen}"
+    assert len({s["src"] for s in watch.seen if s.get("src")}) >= 2, "the figure was redrawn at a later step"
+    # Finished: the last step is shown, the training cell has its execution count, the run folder is complete.
+    assert final["text"].startswith(f"step {steps}/{steps}") and re.fullmatch(r"\[\d+\]:", final["cellPrompt"])
+    assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "dashboard.png").stat().st_size > 0
+    cell = page.locator(".jp-Cell", has=page.locator(DASHBOARD_STATUS))
+    _shot(cell.locator(".jp-Cell-outputWrapper"), "05-dashboard-finished.png")
+    _assert_clean(page)
+    print(f"05_train: run in the browser in {time.time() - start:.0f} s; dashboard states seen: {len(watch.seen)}")
