@@ -91,11 +91,10 @@ class JupyterLab:
             path = settings / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
-        env = {**os.environ,
-               "JUPYTER_CONFIG_DIR": str(self.workdir / "config"), "JUPYTER_DATA_DIR": str(self.workdir / "data"),
-               "JUPYTER_RUNTIME_DIR": str(self.workdir / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(settings),
-               "JUPYTERLAB_WORKSPACES_DIR": str(self.workdir / "workspaces"), "MPLBACKEND": ""}
-        env.pop("MPLBACKEND")  # the kernel's inline backend, as in a student's session
+        env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # the kernel's inline plots, as students get
+        env.update({"JUPYTER_CONFIG_DIR": str(self.workdir / "config"), "JUPYTER_DATA_DIR": str(self.workdir / "data"),
+                    "JUPYTER_RUNTIME_DIR": str(self.workdir / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(settings),
+                    "JUPYTERLAB_WORKSPACES_DIR": str(self.workdir / "workspaces")})
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(

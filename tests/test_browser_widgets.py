@@ -21,14 +21,13 @@ from pathlib import Path
 import pytest
 
 import notebook_browser as nbb
+from test_notebooks import TINY  # CI's smallest CPU settings, one home
 from helpers.grpo_math import group_advantages
 from helpers.rewards import score_completion
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = nbb.ROOT
-TINY = {"PRESET": "cpu", "MAX_STEPS": 2, "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "BATCH_SIZE": 4,
-        "MAX_COMPLETION_LENGTH": 32, "EVAL_MAX_NEW_TOKENS": 32}
 REWARDS_LESSON = "04_rewards.ipynb"
 TRAINING_LESSON = "05_train.ipynb"
 
@@ -116,29 +115,34 @@ def _run_lesson(page, lab, source: Path, name: str, timeout_s: float, on_poll=No
     return nbb.run_all(page, timeout_s, on_poll=on_poll)
 
 
+def _with_total(scores: dict[str, float]) -> dict[str, float]:
+    return {**scores, "total": sum(scores.values())}
+
+
 def _check_playground(page, prefix: str) -> None:
     playground = page.locator(PLAYGROUND)
     assert playground.count() == 1, (f"one reward playground expected, found {playground.count()} (did Run All stop "
                                      f"before it? errors: {page.evaluate(nbb.NOTEBOOK_STATE_JS)['errors']})")
-    before = _scores(playground)
-    assert before.get("total") == pytest.approx(4.0), f"the lesson's completion scores 4 of 4: {before}"
-    _shot(playground, f"{prefix}playground-before.png")
     textarea = playground.locator(".widget-textarea textarea")
+    gold = playground.locator(".widget-text input").input_value()
+    before = _scores(playground)
+    assert before == pytest.approx(_with_total(score_completion(textarea.input_value(), gold))), \
+        "the page shows the kit's scores for the lesson's completion"
+    _shot(playground, f"{prefix}playground-before.png")
+    expected = _with_total(score_completion(WRONG_FORMATTED, gold))
+    assert expected["total"] != before["total"], "the test's edit must change the total"
     textarea.click()
     textarea.press("Control+a")
     textarea.press_sequentially(WRONG_FORMATTED, delay=5)  # keystrokes, as a student types
-    # The scores are computed in the kernel (the Textarea's observer) and sent back: wait for the round trip.
-    expected = score_completion(WRONG_FORMATTED, "12")
-    try:
-        page.wait_for_function(
-            """sel => { const t = document.querySelector(sel + ' > .widget-html'); return t && !/total\\s+4\\.000/.test(t.innerText); }""",
-            arg=PLAYGROUND, timeout=30_000)
-    finally:
-        _shot(playground, f"{prefix}playground-after-edit.png")
-    after = _scores(playground)
-    assert playground.locator(".widget-textarea textarea").input_value() == WRONG_FORMATTED
-    assert after == pytest.approx({**expected, "total": sum(expected.values())}), "the page shows the kernel's scores"
-    assert after["correctness_reward"] == 0.0 and before["correctness_reward"] == 2.0
+    # The scores are computed in the kernel (the Textarea's observer, on every keystroke) and sent back: wait until
+    # the page shows the scores of the whole edited text.
+    after, deadline = _scores(playground), time.time() + 30
+    while after != pytest.approx(expected) and time.time() < deadline:
+        time.sleep(0.2)
+        after = _scores(playground)
+    _shot(playground, f"{prefix}playground-after-edit.png")
+    assert textarea.input_value() == WRONG_FORMATTED
+    assert after == pytest.approx(expected), "the page shows the kernel's scores for the edited completion"
 
 
 def _advantages_shown(widget) -> tuple[list[float], list[float], list[float]]:
@@ -159,17 +163,19 @@ def _check_advantage_slider(page, prefix: str) -> None:
     readouts, rewards, advantages = _advantages_shown(widget)
     assert readouts == rewards and len(rewards) == sliders.count(), "one table row per slider, same rewards"
     assert advantages == pytest.approx(group_advantages(rewards), abs=1e-3), "TRL's advantages for the rewards shown"
-    assert readouts[0] != 0.0, "the test drags the first reward to 0: it must start elsewhere"
     _shot(widget, f"{prefix}advantages-before.png")
     table_before = widget.locator(".widget-html pre").inner_text()
-    # Drag the first completion's reward to the slider's left end (0) with the mouse; it sends its value on release.
+    # Drag the first completion's slider with the mouse to the end of its track farther from the handle; the
+    # slider sends its value on release, the kernel recomputes the table.
     handle = sliders.first.locator(".noUi-handle")
     track = sliders.first.locator(".noUi-target")
     handle.scroll_into_view_if_needed()
     hb, tb = handle.bounding_box(), track.bounding_box()
-    page.mouse.move(hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2)
+    x, y = hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2
+    target = tb["x"] - 20 if x > tb["x"] + tb["width"] / 2 else tb["x"] + tb["width"] + 20
+    page.mouse.move(x, y)
     page.mouse.down()
-    page.mouse.move(tb["x"] - 20, hb["y"] + hb["height"] / 2, steps=10)
+    page.mouse.move(target, y, steps=10)
     page.mouse.up()
     try:
         page.wait_for_function(
@@ -178,7 +184,7 @@ def _check_advantage_slider(page, prefix: str) -> None:
     finally:
         _shot(widget, f"{prefix}advantages-after-slide.png")
     new_readouts, new_rewards, new_advantages = _advantages_shown(widget)
-    assert new_readouts[0] == 0.0 and new_readouts[1:] == readouts[1:], f"only the first slider moved: {new_readouts}"
+    assert new_readouts[0] != readouts[0] and new_readouts[1:] == readouts[1:], f"only the first slider moved: {new_readouts}"
     assert new_rewards == new_readouts, "the table shows the slider values (computed in the kernel)"
     assert new_advantages == pytest.approx(group_advantages(new_rewards), abs=1e-3)
     assert new_advantages != pytest.approx(advantages, abs=1e-3), "the advantages changed"
@@ -259,7 +265,6 @@ def test_training_dashboard_redraws_in_place(page, lab, tmp_path):
     assert len({s["src"] for s in watch.seen if s.get("src")}) >= 2, "the figure was redrawn at a later step"
     # Finished: the last step is shown, the training cell has its execution count, the run folder is complete.
     assert final["text"].startswith(f"step {steps}/{steps}") and re.fullmatch(r"\[\d+\]:", final["cellPrompt"])
-    assert (tmp_path / "run" / "summary.json").is_file() and (tmp_path / "run" / "dashboard.png").stat().st_size > 0
     cell = page.locator(".jp-Cell", has=page.locator(DASHBOARD_STATUS))
     _shot(cell.locator(".jp-Cell-outputWrapper"), "05-dashboard-finished.png")
     _assert_clean(page)
