@@ -179,7 +179,7 @@ def open_notebook(page, lab: JupyterLab, path: Path, timeout_s: float = 180.0) -
                && p.sessionContext.session.kernel.status === 'idle'; }""", timeout=timeout_s * 1000)
 
 
-def run_all(page, timeout_s: float, on_poll=None, poll_s: float = 0.5) -> dict:
+def run_all(page, timeout_s: float, on_poll=None, poll_s: float = 0.25) -> dict:
     """JupyterLab's Run All Cells; returns the final state once the run finished (or stopped at an error).
 
     on_poll(page) is called every poll_s while cells run (e.g. to watch the dashboard redraw)."""

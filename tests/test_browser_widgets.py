@@ -109,8 +109,8 @@ def _scores(playground) -> dict[str, float]:
     return rows
 
 
-def _run_lesson(page, lab, source: Path, name: str, timeout_s: float, on_poll=None) -> dict:
-    copy = nbb.parameterised_copy(source, TINY, name)
+def _run_lesson(page, lab, source: Path, name: str, run_dir: Path, timeout_s: float, on_poll=None) -> dict:
+    copy = nbb.parameterised_copy(source, {**TINY, "RUN_DIR": str(run_dir)}, name)  # never the kit's runs/course
     nbb.open_notebook(page, lab, copy)
     return nbb.run_all(page, timeout_s, on_poll=on_poll)
 
@@ -192,11 +192,11 @@ def _check_advantage_slider(page, prefix: str) -> None:
 
 @pytest.mark.parametrize("source", [ROOT / "notebooks" / REWARDS_LESSON, ROOT / "notebooks" / "student" / REWARDS_LESSON],
                          ids=["instructor", "student"])
-def test_rewards_lesson_widgets_respond(page, lab, source):
+def test_rewards_lesson_widgets_respond(page, lab, source, tmp_path):
     student = "student" in source.parts
     prefix = "04-student-" if student else "04-"
     start = time.time()
-    state = _run_lesson(page, lab, source, f"{prefix}{REWARDS_LESSON}", timeout_s=600)
+    state = _run_lesson(page, lab, source, f"{prefix}{REWARDS_LESSON}", tmp_path / "run", timeout_s=600)
     if student:
         # The student copy stops at its first exercise (NotImplementedError), after both widgets.
         assert state["errors"], "the student copy's first exercise raises NotImplementedError"
@@ -245,10 +245,8 @@ class DashboardWatch:
 def test_training_dashboard_redraws_in_place(page, lab, tmp_path):
     start = time.time()
     watch = DashboardWatch()
-    copy = nbb.parameterised_copy(ROOT / "notebooks" / TRAINING_LESSON, {**TINY, "RUN_DIR": str(tmp_path / "run")},
-                                  f"05-{TRAINING_LESSON}")
-    nbb.open_notebook(page, lab, copy)
-    state = nbb.run_all(page, timeout_s=900, on_poll=watch, poll_s=0.25)
+    state = _run_lesson(page, lab, ROOT / "notebooks" / TRAINING_LESSON, f"05-{TRAINING_LESSON}", tmp_path / "run",
+                        timeout_s=900, on_poll=watch)
     assert not state["errors"], f"the lesson raised: {state['errors']}"
     assert all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"]), f"every cell ran: {state['prompts']}"
     final = page.evaluate(DASHBOARD_JS, DASHBOARD_STATUS)
