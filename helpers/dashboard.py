@@ -356,9 +356,11 @@ class TrainingDashboard(TrainerCallback):
         step = self.rows[-1].get("step")
         warn = "".join(f"<p style='color:#b00'><b>Warning (step {w.step}):</b> {w.message}</p>"
                        for w in self.active.values())
-        status = HTML(f"<pre>{step_line(self.rows[-1], max_steps)}</pre>{warn}")
+        # The class names let a test (and a curious student) find the dashboard in the page.
+        status = HTML(f"<div class='grpo-dashboard-status'><pre>{step_line(self.rows[-1], max_steps)}</pre>{warn}</div>")
         figure = Image(data=_png_bytes(self.rows, self.title), format="png")
-        samples = HTML(f"<b>Latest sampled completions (step {step})</b>" + samples_html(self.samples))
+        samples = HTML(f"<div class='grpo-dashboard-samples'><b>Latest sampled completions (step {step})</b>"
+                       + samples_html(self.samples) + "</div>")
         if self._handles is None:
             self._handles = [display(x, display_id=True) for x in (status, figure, samples)]
         else:

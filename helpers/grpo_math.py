@@ -154,6 +154,7 @@ class AdvantageWidget:
         self.labels, self.rewards, self.scale = list(group), [float(v) for v in group.values()], scale
         self.rows: list[dict] = []
         self.sliders, self.output, self.box = [], None, None
+        self._moving_sliders = False
         try:
             import ipywidgets as widgets
         except ImportError:  # degrade: a static table
@@ -172,10 +173,19 @@ class AdvantageWidget:
         self._recompute()
 
     def _on_change(self, _change=None):
-        self.set_rewards([s.value for s in self.sliders])
+        if not self._moving_sliders:
+            self.set_rewards([s.value for s in self.sliders])
 
     def set_rewards(self, rewards) -> list[dict]:
+        """New rewards from code: the table is recomputed and the sliders move to match it."""
         self.rewards = [float(r) for r in rewards]
+        self._moving_sliders = True  # one recompute, not one per slider moved
+        try:
+            for slider, value in zip(self.sliders, self.rewards):
+                slider.max, slider.min = max(slider.max, value), min(slider.min, value)  # never clamp a reward
+                slider.value = value
+        finally:
+            self._moving_sliders = False
         self._recompute()
         return self.rows
 

@@ -4,6 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The browser test (tests/test_browser_widgets.py) drives JupyterLab with the system Chromium; Playwright's own
+# browser download is never used. Checked on every run (cheap), installed with apt when missing and we are root.
+chromium=${GRPO_KIT_CHROMIUM:-/usr/bin/chromium}
+if [ ! -x "$chromium" ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[grpo-kit] installing Chromium with apt (for the browser test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "[grpo-kit] no Chromium at $chromium: tests/test_browser_widgets.py will fail until you install it" \
+         "(Debian/Ubuntu: sudo apt-get install chromium) or set GRPO_KIT_CHROMIUM, or skip it: pytest -m 'not browser'" >&2
+  fi
+fi
 stamp=.venv/.grpo-kit-installed
 want=$(cat requirements-cpu.txt scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -99,3 +99,12 @@ def test_explain_and_widget_work_headless():
     if w.sliders:  # ipywidgets installed: moving a slider recomputes
         w.sliders[1].value = 4.0
         assert w.rows[1]["tokens"] == "pushed UP"
+
+
+def test_set_rewards_moves_the_sliders():
+    """Rewards set from code (04 does it in the cell after the widget) show on the sliders too, not just the table."""
+    w = G.advantage_widget()
+    w.set_rewards([1.0, 3.0, 0.5, 6.0])  # 6 is above the sliders' range: the range grows, the value is not clamped
+    assert [s.value for s in w.sliders] == [1.0, 3.0, 0.5, 6.0]
+    assert [r["reward"] for r in w.rows] == [1.0, 3.0, 0.5, 6.0]
+    assert w.sliders[3].max >= 6.0
