@@ -73,7 +73,7 @@ def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
     from helpers import runtime
 
     monkeypatch.setattr(runtime, "detect", lambda: fake_runtime("t4", on_colab=True, free_gpu_gb=3.0))
-    with pytest.raises(RuntimeProblem, match="Only 3.00 GB of GPU memory is free"):
+    with pytest.raises(RuntimeProblem, match="Only 3.00 GiB of GPU memory is free"):
         notebook_setup.prepare(None, root=ROOT, quiet=True)
 
 
