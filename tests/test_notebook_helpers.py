@@ -31,14 +31,9 @@ def test_on_colab_needs_a_colab_variable():
 
 def test_install_if_colab_does_nothing_off_colab(monkeypatch, tmp_path):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    monkeypatch.setattr(notebook_setup, "_pip", lambda *a: pytest.fail("pip must not run off Colab"))
     assert notebook_setup.install_if_colab(tmp_path) is False
     assert not (tmp_path / notebook_setup.INSTALL_MARKER).exists()
-
-
-def test_install_if_colab_skips_when_already_installed(monkeypatch, tmp_path):
-    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: True)
-    (tmp_path / notebook_setup.INSTALL_MARKER).write_text("installed\n")
-    assert notebook_setup.install_if_colab(tmp_path) is False
 
 
 def test_preset_is_chosen_from_the_runtime():
