@@ -58,6 +58,13 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)""".format(
     slug=REPO_SLUG, dirname=KIT_DIRNAME)
+def colab_badge(notebook: str | os.PathLike) -> str:
+    """The "Open In Colab" badge (markdown) for a notebook, given its path inside the kit (notebooks/05_train.ipynb)."""
+    rel = Path(notebook).as_posix()
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"(https://colab.research.google.com/github/{REPO_SLUG}/blob/main/{rel})")
+
+
 # The names SETUP_CELL reads from the parameters cell.
 SETUP_CELL_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "RUN_DIR", "MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS",
                          "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS")
