@@ -416,6 +416,16 @@ def adapter_base_model(folder: str | os.PathLike) -> str | None:
         return None
 
 
+def base_model_key(name: str) -> str:
+    """A model's identity across spellings: "unsloth/Qwen2.5-1.5B-Instruct", its "-unsloth-bnb-4bit" repo and a
+    local folder of the same name agree; so do the cpu preset's "SmolLM2-135M-Instruct (embedded, ...)" and the
+    cached folder .../SmolLM2-135M-Instruct that its adapters name."""
+    key = Path(str(name).split(" (")[0].rstrip("/")).name.lower()
+    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-4bit"):
+        key = key.removesuffix(suffix)
+    return key
+
+
 def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> Path:
     """The trained adapter a lesson after 05 uses, first found of:
 
@@ -443,7 +453,7 @@ def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> 
         if is_adapter(folder):
             base = adapter_base_model(folder)
             want = kit.preset.model_name
-            if base and want and Path(base).name != Path(want).name and base != want:
+            if base and want and base_model_key(base) != base_model_key(want):
                 raise AdapterMissing(
                     f"the adapter in {folder} was trained on {base}, but this preset ({kit.preset.name}) loads {want}. "
                     "Fix: use an adapter from a run with the same preset (the t4 preset on a T4 runtime, the cpu "

@@ -276,7 +276,7 @@ def _write_adapter(folder: Path, base: str) -> Path:
 
 def test_06_in_a_new_runtime_finds_05s_adapter_on_drive(colab):
     kit = run_setup_cell(USE_DRIVE=True)["kit"]
-    adapter = _write_adapter(kit.run_dir / "adapter", kit.preset.model_name)  # what 05 wrote, on Drive
+    adapter = _write_adapter(kit.run_dir / "adapter", "/root/.cache/grpo-kit/SmolLM2-135M-Instruct")  # 05's, on Drive
     later = run_setup_cell(USE_DRIVE=True, LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
     assert setup.locate_adapter(later) == adapter
 
@@ -287,11 +287,13 @@ def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
         setup.locate_adapter(kit)
     run_setup_cell(USE_DRIVE=True)  # Drive mounted: the instructor's staged folder is looked at
     staged = _write_adapter(colab.content / "drive" / "MyDrive" / "grpo-kit" / "staged" / "adapter",
-                            kit.preset.model_name)
+                            "/home/instructor/.cache/grpo-kit/SmolLM2-135M-Instruct")
     assert setup.locate_adapter(kit) == staged
-    other = _write_adapter(colab.content / "other", "unsloth/Qwen2.5-1.5B-Instruct")
-    with pytest.raises(setup.AdapterMissing, match="trained on unsloth/Qwen2.5-1.5B-Instruct"):
+    other = _write_adapter(colab.content / "other", "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit")
+    with pytest.raises(setup.AdapterMissing, match="trained on unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"):
         setup.locate_adapter(kit, staged=other)
+    assert setup.base_model_key("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit") == \
+        setup.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
 
 
 # ------------------------------------------------------------------------------------- secrets

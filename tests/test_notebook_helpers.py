@@ -206,3 +206,9 @@ def test_push_to_hub_needs_a_repo_and_a_token(tmp_path, monkeypatch, capsys):
     assert "HUB_REPO is None" in capsys.readouterr().out
     assert course.push_to_hub(tmp_path, "me/model") is None
     assert "No Hugging Face token found" in capsys.readouterr().out
+
+
+def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
+    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
+        notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
