@@ -81,22 +81,22 @@ def adapter_is_untrained(model) -> bool:
 def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new_tokens: int = 16) -> dict:
     """Reload the saved adapter and compare its greedy answers with those of the adapter in memory.
 
-    Returns {"match": bool, "prompts": [...], "original": [...], "reloaded": [...]}.
+    Returns {"match": bool, "prompts": [...], "original": [...], "reloaded": [...], "note": str | None}.
     CPU: a second embedded model + the adapter through peft. GPU (vLLM): the in-memory adapter's tensors
     (LIVE_ADAPTER) against the saved folder, each as its own vLLM LoRA request.
-    Refuses a model whose adapter is still untrained (all LoRA B zero): comparing that with a trained adapter
-    on disk would only say the trained weights were never attached (load them first).
+    When the adapter in memory is untrained (every LoRA B zero, as right after loading the base model) the note
+    says so: a mismatch then means the trained weights were never attached, not that saving failed.
     """
     from dataclasses import replace
 
     from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine
 
+    note = None
     if adapter_is_untrained(model):
-        raise SharingError(
-            "the model in memory holds an untrained LoRA adapter (every lora_B is zero), so there is nothing to "
-            "compare with the saved one. Fix: attach the trained weights first (load the run's adapter, or train), "
-            "then check the reload."
-        )
+        note = ("the model in memory holds an untrained LoRA adapter (every lora_B is zero): this compares the base "
+                "model with the saved adapter. Attach the trained weights first (course.attach_trained_adapter) to "
+                "check the reload of a trained model.")
+        print(f"[grpo-kit] note: {note}")
     s = replace(settings, eval_max_new_tokens=max_new_tokens)
     if prompts is None:
         from helpers import data
@@ -111,7 +111,8 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
         original = generate(model, tokenizer, prompts, s, greedy=True)
         fresh, fresh_tok = load_cpu(settings, adapter_path=adapter_path)
         reloaded = generate(fresh, fresh_tok, prompts, s, greedy=True)
-    return {"match": original == reloaded, "prompts": prompts, "original": original, "reloaded": reloaded}
+    return {"match": original == reloaded, "prompts": prompts, "original": original, "reloaded": reloaded,
+            "note": note}
 
 
 # ----------------------------------------------------------------------------------------- merged

@@ -185,13 +185,14 @@ def test_check_reload_on_vllm_compares_the_live_adapter_with_the_saved_one(tmp_p
     assert (saved / "adapter_model.safetensors").read_text() == "trained-v1"
 
 
-def test_check_reload_refuses_an_untrained_adapter_in_memory(tmp_path, fake_vllm):
-    model = FakeVllmModel(lora_b=0.0)  # a fresh LoRA: B starts at zero (what 06 held before attaching weights)
-    saved = tmp_path / "adapter"
-    saved.mkdir()
-    (saved / "adapter_model.safetensors").write_text("trained")
-    with pytest.raises(sharing.SharingError, match="untrained LoRA adapter.*attach the trained weights first"):
-        sharing.check_reload(model, FakeTokenizer(), saved, T4, prompts=PROMPTS)
+def test_check_reload_before_the_trained_weights_are_attached_says_so(tmp_path, fake_vllm, capsys):
+    trained = FakeVllmModel(live_weights="trained")
+    saved = sharing.save_adapter(trained, FakeTokenizer(), tmp_path / "adapter")
+    fresh = FakeVllmModel(live_weights="fresh-lora", lora_b=0.0)  # 06 right after loading: B starts at zero
+    check = sharing.check_reload(fresh, FakeTokenizer(), saved, T4, prompts=PROMPTS)
+    assert not check["match"], "a fresh adapter in memory must not pass for the trained one on disk"
+    assert "untrained LoRA adapter" in check["note"] and "Attach the trained weights first" in capsys.readouterr().out
+    assert sharing.check_reload(trained, FakeTokenizer(), saved, T4, prompts=PROMPTS)["note"] is None
 
 
 # ------------------------------------------------------------------------ GGUF: Unsloth's real folder
