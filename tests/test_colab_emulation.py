@@ -381,3 +381,9 @@ def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(t
     assert "Colab (cpu runtime): the pinned stack (requirements-colab-cpu.txt) is already in place" in text
     assert "lesson 03_data: no GPU needed" in text and "runtime: Colab, no GPU" in text
     assert list((tmp_path / "runtime-tmp").glob("grpo-kit-installed-requirements-colab-cpu-*")), "marker after check"
+
+
+def test_drive_run_folders_and_checkpoints_share_one_drive_folder():
+    from helpers import checkpoints
+
+    assert checkpoints.DRIVE_FOLDER.name == setup.DRIVE_KIT_FOLDER
