@@ -29,7 +29,6 @@ REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 KIT_DIRNAME = "grpo-course-kit"
 COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted at COLAB_CONTENT / "drive"
 COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
-INSTALL_MARKER = ".grpo-kit-colab-installed"  # old marker name (kept for callers); see install_marker()
 # The t4 preset is sized for this much GPU memory (its 7 GiB budget); the guard asks for it free before loading.
 T4_BUDGET_GB = 7.0
 DEFAULT_RUN_DIR = "runs/course"
@@ -287,11 +286,6 @@ def _unmet_message(unmet: dict, requirements: Path, what: str) -> str:
     return (f"{requirements.name} {what} these versions are not importable: {rows}. Fix: Runtime > Disconnect and "
             "delete runtime (a fresh runtime), then run the notebook again from the top; if it happens again, "
             "docs/troubleshooting.md 'Colab install' lists the known causes.")
-
-
-# Kept for callers of the old API: the packages whose replacement needs a fresh process when already imported.
-RELOAD_SENSITIVE = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "unsloth",
-                    "bitsandbytes", "triton", "xformers", "torchvision", "torchaudio", "numpy")
 
 
 @dataclass
