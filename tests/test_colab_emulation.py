@@ -57,6 +57,10 @@ def colab(tmp_path, monkeypatch):
     content = tmp_path / "content"
     content.mkdir()
     monkeypatch.chdir(content)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the setup cell puts the kit it found on sys.path
+    for var in rt.ALLOC_CONF_VARS:  # detect() sets the allocator default; keep it out of later tests
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     for key in [k for k in os.environ if k.startswith("COLAB_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "emulated")

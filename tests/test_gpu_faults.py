@@ -91,6 +91,9 @@ def fake_vllm(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_engine_yet(monkeypatch):
     monkeypatch.setattr(hm, "_LOADED_ENGINE", None)
+    for var in rt.ALLOC_CONF_VARS:  # detect() sets the allocator default: restore the environment afterwards
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
 
 
 def fake_unsloth(monkeypatch, make_model, disabled_reason=None):
