@@ -188,15 +188,18 @@ def fake_runtime(kind: str = "cpu", *, on_colab: bool = False, free_gpu_gb: floa
     return replace(rt, **overrides)
 
 
-def check(rt: Runtime, *, want_gpu: bool = False, precision: str | None = None, need_free_gb: float | None = None) -> list[str]:
+def check(rt: Runtime, *, want_gpu: bool | None = None, precision: str | None = None,
+          need_free_gb: float | None = None) -> list[str]:
     """Raise RuntimeProblem with the fix when the runtime cannot do what is asked; return soft warnings.
 
-    want_gpu: the caller needs the GPU path (the t4 preset). precision: 'bf16'/'fp16' if the user forced one.
+    want_gpu: True - the caller needs the GPU path (the t4 preset); False - the CPU path was chosen (the embedded
+    model, which also runs on a Colab CPU runtime); None (not said) - a Colab runtime without a GPU is refused,
+    since on Colab the course expects the T4 unless a lesson says otherwise (docs/colab.md). precision: 'bf16'/'fp16' if the user forced one.
     need_free_gb: free GPU memory needed before loading, checked now rather than discovered as an OOM later.
     """
     warnings = []
     if not rt.has_gpu:
-        if want_gpu and rt.on_colab:
+        if want_gpu is not False and rt.on_colab:
             raise RuntimeProblem(NO_GPU_ON_COLAB)
         if want_gpu:
             raise RuntimeProblem(

@@ -24,8 +24,9 @@ def test_t4_gets_fp16_and_ampere_gets_bf16():
 
 
 def test_no_gpu_on_colab_names_the_menu_path():
-    with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
-        rt.check(rt.fake_runtime("cpu", on_colab=True), want_gpu=True)
+    for want_gpu in (True, None):  # None: the caller did not choose the CPU path
+        with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
+            rt.check(rt.fake_runtime("cpu", on_colab=True), want_gpu=want_gpu)
 
 
 def test_colab_cpu_runtime_runs_the_cpu_path():
