@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers.model import generate
+from helpers.model import generate, has_vllm_engine
 from helpers.prompts import extract_answer
 from helpers.rewards import answers_match, strict_format_reward
 
@@ -177,7 +177,7 @@ def pass_at_k_before_after(model, tokenizer, rows, settings, n: int = 4, ks=None
     CPU (a peft model): the adapter is switched off with model.disable_adapter(); GPU (Unsloth + vLLM): the saved
     adapter folder is passed per request (adapter_path), the base model is the request without it.
     """
-    if hasattr(model, "fast_generate"):
+    if has_vllm_engine(model):
         return {"before": evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks, lora_path=None),
                 "after": evaluate_pass_at_k(model, tokenizer, rows, settings, n, ks, lora_path=adapter_path)}
     with model.disable_adapter():

@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 import sys
 
-from transformers import TrainerCallback
-
 GIB = 1024**3
 
 
@@ -46,7 +44,7 @@ def memory_snapshot(device=None) -> dict[str, float]:
     return {"memory/rss_gb": round(_rss_bytes() / GIB, 3)}
 
 
-class MemoryMonitor(TrainerCallback):
+class _MemoryMonitorLogic:
     """Add memory/* figures to each log (see the module docstring); keeps the largest value seen in `peak_gb`."""
 
     def __init__(self, device=None):
@@ -61,3 +59,16 @@ class MemoryMonitor(TrainerCallback):
         self.last = snap
         self.peak_gb = max(self.peak_gb, snap.get("memory/peak_gb", snap.get("memory/rss_gb", 0.0)))
         logs.update(snap)
+
+
+def __getattr__(name):
+    """MemoryMonitor is built on first use: importing this module must not import transformers, because on the
+    GPU path Unsloth has to be imported before transformers (python -m helpers.train imports this module early)."""
+    if name == "MemoryMonitor":
+        from transformers import TrainerCallback
+
+        cls = type("MemoryMonitor", (_MemoryMonitorLogic, TrainerCallback),
+                   {"__doc__": _MemoryMonitorLogic.__doc__, "__module__": __name__})
+        globals()["MemoryMonitor"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

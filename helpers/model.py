@@ -182,10 +182,86 @@ def import_unsloth():
     return unsloth
 
 
+def has_vllm_engine(model) -> bool:
+    """Whether generation goes through vLLM: Unsloth sets model.vllm_engine only when it really started one.
+
+    `fast_generate` is no test: when Unsloth cannot load vLLM (a broken compiled library after a Colab image
+    update, or vLLM missing) it loads without it and still sets fast_generate, to a wrapper of HF generate that
+    refuses vLLM's SamplingParams.
+    """
+    return getattr(model, "vllm_engine", None) is not None
+
+
+def vllm_disabled_reason() -> str | None:
+    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
+    import sys
+
+    fixes = sys.modules.get("unsloth.import_fixes")
+    return getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
+
+
+def require_vllm_engine(model, settings) -> None:
+    """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth loaded without vLLM."""
+    if not getattr(settings, "fast_inference", False) or has_vllm_engine(model):
+        return
+    reason = vllm_disabled_reason()
+    raise ModelSetupError(
+        "Unsloth loaded the model WITHOUT vLLM (model.vllm_engine is missing), so fast_inference=True cannot "
+        "work: generation and GRPO would fail later with a misleading error."
+        + (f" Unsloth said: {reason.strip()}" if reason else "")
+        + " Fix: Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell "
+        "installs requirements.txt (vLLM included) into a fresh runtime; locally, "
+        "`pip install -r requirements.txt` and restart the kernel. See docs/troubleshooting.md."
+    )
+
+
+# The Unsloth model whose vLLM engine lives in this process. Two engines do not fit on a T4, and the kit cannot
+# reliably free the first one's reservation (vLLM holds it outside PyTorch's allocator), so a second load is
+# refused with "restart the runtime" instead of failing out of memory halfway through.
+_LOADED_ENGINE = None
+
+
+def loaded_vllm_engine():
+    """The vLLM engine this process already started (through load_unsloth), or None."""
+    return _LOADED_ENGINE() if _LOADED_ENGINE is not None else None
+
+
+def _remember_engine(model) -> None:
+    import weakref
+
+    global _LOADED_ENGINE
+    engine = getattr(model, "vllm_engine", None)
+    if engine is None:
+        return
+    try:
+        _LOADED_ENGINE = weakref.ref(engine)
+    except TypeError:  # an object without weak references: keep it (it lives as long as the model anyway)
+        _LOADED_ENGINE = lambda: engine  # noqa: E731
+
+
+def refuse_second_engine() -> None:
+    """Raise ModelSetupError when a vLLM engine already runs in this process (before a second one is started)."""
+    if loaded_vllm_engine() is not None:
+        raise ModelSetupError(
+            "A vLLM engine is already running in this process (an Unsloth model was loaded earlier, e.g. by the "
+            "training cell), and a second one does not fit next to it on the GPU. Fix: reuse the model you already "
+            "have (it holds the trained adapter), or Runtime > Restart session and run this notebook from the top "
+            "(the restart frees the first engine; a saved run folder or adapter is reloaded from disk)."
+        )
+
+
 def load_unsloth(settings):
-    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only."""
+    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only.
+
+    Refuses to start a second vLLM engine in one process, and checks that vLLM really started (model.vllm_engine)
+    when fast_inference was asked for.
+    """
+    if getattr(settings, "fast_inference", False):
+        refuse_second_engine()
     FastLanguageModel = import_unsloth().FastLanguageModel
     model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
+    require_vllm_engine(model, settings)
+    _remember_engine(model)
     model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(settings))
     return model, tokenizer
 
@@ -253,19 +329,37 @@ def chat_texts(tokenizer, prompts) -> list[str]:
 def generate(model, tokenizer, prompts, settings, greedy: bool = True, lora_path=None, batch_size: int = 64) -> list[str]:
     """Completions for a list of prompts (chat messages or strings), one per prompt.
 
-    GPU (Unsloth): vLLM's fast_generate; lora_path is a folder saved with model.save_lora (None = base model).
+    GPU (Unsloth + vLLM): vLLM's fast_generate; lora_path is a folder saved with model.save_lora, LIVE_ADAPTER
+    (the adapter in memory now) or None (the base model).
     CPU: transformers generate with whatever adapter the peft model holds.
     """
     texts = chat_texts(tokenizer, prompts)
-    if hasattr(model, "fast_generate"):
+    if has_vllm_engine(model):
         from vllm import SamplingParams
 
-        lora_request = model.load_lora(str(lora_path)) if lora_path is not None else None
+        lora_request = vllm_lora_request(model, lora_path)
         outputs = model.fast_generate(
             texts, sampling_params=SamplingParams(**vllm_sampling_kwargs(settings, greedy)), lora_request=lora_request
         )
         return [o.outputs[0].text for o in outputs]
     return _generate_hf(model, tokenizer, texts, settings, greedy, batch_size)
+
+
+# lora_path value meaning "the adapter the model holds in memory now" (vLLM path): its tensors are sent to vLLM
+# directly (unsloth_zoo load_lora(load_tensors=True)) instead of being read from a saved folder.
+LIVE_ADAPTER = "<live adapter>"
+
+
+def vllm_lora_request(model, lora_path):
+    """The vLLM LoRARequest for lora_path (a saved folder), LIVE_ADAPTER (the in-memory weights) or None."""
+    if lora_path is None:
+        return None
+    if lora_path == LIVE_ADAPTER:
+        # unsloth_zoo writes the live adapter_config.json into the folder it is given: a scratch one, never the
+        # user's saved adapter. Every load_lora call gets a new request id, so vLLM never serves a cached adapter.
+        scratch = Path(tempfile.mkdtemp(prefix="grpo-kit-live-lora-"))
+        return model.load_lora(str(scratch), load_tensors=True)
+    return model.load_lora(str(lora_path))
 
 
 def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):

@@ -1,97 +1,291 @@
 """What the one setup cell of every course notebook calls: find the kit, install on Colab, guard the runtime.
 
-The setup cell is the same in every notebook (tests/test_notebooks.py checks that). It only finds the kit's
-folder (cloning it on Colab), puts it on sys.path and calls into this module:
+The setup cell is the same in every notebook (SETUP_CELL below is its text; tests check the notebooks carry it).
+It finds the kit's folder (on Colab: an earlier clone, an uploaded and unzipped copy, a copy on Google Drive, or
+a fresh clone), puts it on sys.path and calls into this module:
 
-    setup.install_if_colab(ROOT)      # Colab: pip install -r requirements.txt once, then restart the session
-    kit = setup.prepare(PRESET, ...)  # detect the runtime, pick and validate the preset, run the guards
+    setup.install_if_colab(ROOT)      # Colab: the pinned stack, at most once per runtime (skipped when in place)
+    kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, ...)  # runtime, preset, guards, run folder
 
-This module imports only the standard library at import time, so it can run *before* the pinned stack
-(which replaces Colab's torch) is installed.
+The Colab design (which lessons need the T4, which run on a CPU runtime, how 06 gets an adapter) is in
+docs/colab.md; LESSONS below is its table. This module imports only the standard library at import time, so it
+can run *before* the pinned stack (which replaces Colab's torch) is installed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_SLUG = "grpo-course-kit/grpo-course-kit"  # placeholder until the kit has its public home (docs/notebooks.md)
-COLAB_DIR = Path("/content/grpo-course-kit")
-INSTALL_MARKER = ".grpo-kit-colab-installed"
-# The t4 preset is sized for this much GPU memory (its 7 GB budget); the guard asks for it free before loading.
+# The kit's GitHub owner/name. scripts/set_repo.py changes it here and in every badge and clone URL;
+# tests/test_repo_slug.py checks that they all agree.
+REPO_SLUG = "grpo-course-kit/grpo-course-kit"
+KIT_DIRNAME = "grpo-course-kit"
+COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted at COLAB_CONTENT / "drive"
+COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
+# The t4 preset is sized for this much GPU memory (its 7 GiB budget); the guard asks for it free before loading.
 T4_BUDGET_GB = 7.0
 DEFAULT_RUN_DIR = "runs/course"
-
 
 # helpers.runtime imports torch only inside detect(), so this is safe before the Colab install.
 from helpers.runtime import on_colab  # noqa: E402  (re-exported for the setup cell)
 
+# The setup cell, one text for every notebook (scripts/make_notebooks.py writes it). Only the part that must run
+# before helpers/ can be imported lives in it: finding (or fetching) the kit. Every name it reads (PRESET, LESSON,
+# USE_DRIVE, RUN_DIR, ...) comes from the notebook's parameters cell, just above it.
+SETUP_CELL = """\
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/{slug}", "{dirname}"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)""".format(
+    slug=REPO_SLUG, dirname=KIT_DIRNAME)
+def colab_badge(notebook: str | os.PathLike) -> str:
+    """The "Open In Colab" badge (markdown) for a notebook, given its path inside the kit (notebooks/05_train.ipynb)."""
+    rel = Path(notebook).as_posix()
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"(https://colab.research.google.com/github/{REPO_SLUG}/blob/main/{rel})")
+
+
+# The names SETUP_CELL reads from the parameters cell.
+SETUP_CELL_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "RUN_DIR", "MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS",
+                         "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS")
+
+
+# ------------------------------------------------------------------------------------- the Colab design
+
+
+@dataclass(frozen=True)
+class Lesson:
+    needs_gpu: bool  # False: "no GPU needed" - runs on a Colab CPU runtime with the embedded model
+    why: str
+
+
+# docs/colab.md explains the choice. The GPU path (load, rewards, train, evaluate, save) runs top to bottom in one
+# T4 runtime inside 05 (helpers.train.run); 06 reads that run folder from Drive or a staged adapter.
+LESSONS = {
+    "01_setup": Lesson(False, "checks whatever runtime it is on; no model is trained"),
+    "02_load_model": Lesson(True, "loads Qwen2.5-1.5B in 4 bits through Unsloth and vLLM and reads the GPU memory"),
+    "03_data": Lesson(False, "data and prompt lengths: a tokenizer, no model"),
+    "04_rewards": Lesson(False, "reward functions and GRPO's group maths on text: no model"),
+    "05_train": Lesson(True, "the GPU path: load, evaluate, train, evaluate, save, in one runtime"),
+    "06_evaluate_and_save": Lesson(True, "vLLM evaluation, merged and GGUF export of the trained adapter"),
+    "07_memory_lab": Lesson(False, "predicts memory from the architecture; measures only if a GPU is there"),
+}
+
+
+def lesson_needs_gpu(lesson: str | None) -> bool:
+    """Whether a lesson needs the T4 (None, an older setup cell without LESSON: yes, as before)."""
+    if lesson is None:
+        return True
+    try:
+        return LESSONS[lesson].needs_gpu
+    except KeyError:
+        raise ValueError(f"unknown lesson {lesson!r}; LESSON must be one of {', '.join(LESSONS)}") from None
+
+
+# ------------------------------------------------------------------------------------------ finding the kit
+
+
+def kit_candidates(start: str | os.PathLike | None = None) -> list[Path]:
+    """Where the kit may be, best first - the same search as SETUP_CELL: `start` (default: the cwd) and its parents,
+    then (Colab's cwd is /content) a copy unpacked or cloned beside it, then a copy on a mounted Drive."""
+    start = Path(start or Path.cwd()).resolve()
+    near = [p for p in (start, *start.parents) if (p / "helpers" / "notebook_setup.py").is_file()]
+    beside = sorted(p.resolve().parents[1] for pattern in ("*/helpers/notebook_setup.py",
+                                                            "drive/MyDrive/*/helpers/notebook_setup.py")
+                    for p in start.glob(pattern))
+    return near + beside
+
 
 def kit_root(start: str | os.PathLike | None = None) -> Path:
-    """The kit's folder: the first of `start` (default: the cwd) and its parents holding helpers/__init__.py."""
-    start = Path(start or Path.cwd()).resolve()
-    for folder in (start, *start.parents):
-        if (folder / "helpers" / "__init__.py").is_file():
-            return folder
+    """The kit's folder: the first of kit_candidates(start), else an earlier Colab clone at COLAB_DIR."""
+    found = kit_candidates(start)
+    if found:
+        return found[0]
     if (COLAB_DIR / "helpers" / "__init__.py").is_file():
         return COLAB_DIR
+    start = Path(start or Path.cwd()).resolve()
     raise FileNotFoundError(
         f"could not find the course kit (a folder with helpers/) in {start} or above. Fix: open the notebook from "
-        "the kit's notebooks/ folder, or on Colab run the setup cell, which clones the kit."
+        "the kit's notebooks/ folder, or on Colab run the setup cell, which clones the kit (or finds an uploaded "
+        "zip, or a copy in MyDrive/ once Drive is mounted)."
     )
 
 
-def install_if_colab(root: str | os.PathLike, restart: bool = True) -> bool:
-    """On Colab, install the pinned GPU stack (requirements.txt) once; elsewhere do nothing. True if installed now.
+# ---------------------------------------------------------------------------------------- the install
 
-    The stack replaces Colab's torch. If torch (or another replaced package) was already imported in this
-    session, the process must restart: this kills the kernel (Colab restarts it by itself) after saying so; run
-    the notebook again from the top and the marker file makes the second run skip the install. If none was
-    imported (a fresh session, the usual case), it goes straight on.
+
+class InstallError(RuntimeError):
+    """The Colab install did not leave the pinned versions importable; the message says what to do."""
+
+
+# Which requirements file each Colab runtime installs (docs/colab.md): the T4 gets the GPU stack; a CPU runtime
+# the Hugging Face stack and the embedded model only (no vLLM, no Unsloth, Colab's torch kept).
+REQUIREMENTS = {"gpu": "requirements.txt", "cpu": "requirements-colab-cpu.txt"}
+NO_DEPS_MARK = "no-deps"
+
+
+def gpu_attached() -> bool:
+    """An NVIDIA GPU is attached (read without importing torch, which the install may replace)."""
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+
+
+def read_pins(path: str | os.PathLike) -> dict[str, tuple[str, bool]]:
+    """{name: (version, no_deps)} for every `name==version` line; `# no-deps` marks a --no-deps install."""
+    pins = {}
+    for raw in Path(path).read_text().splitlines():
+        line, _, comment = raw.partition("#")
+        line = line.strip()
+        if not line:
+            continue
+        if "==" not in line:
+            raise InstallError(f"{path}: {raw!r} is not an exact pin (name==version); the kit pins every package")
+        name, version = (part.strip() for part in line.split("==", 1))
+        pins[name] = (version, NO_DEPS_MARK in comment)
+    return pins
+
+
+def installed_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _same_version(have: str | None, want: str) -> bool:
+    """2.10.0+cu128 satisfies 2.10.0 (a local build label is not a different release)."""
+    return have is not None and have.split("+", 1)[0] == want
+
+
+def unmet_pins(pins: dict, version=None) -> dict[str, tuple[str, str | None]]:
+    """{name: (wanted, installed or None)} for the pins the environment does not satisfy."""
+    version = version or installed_version
+    unmet = {}
+    for name, (want, _) in pins.items():
+        have = version(name)
+        if not _same_version(have, want):
+            unmet[name] = (want, have)
+    return unmet
+
+
+def install_marker(requirements: str | os.PathLike) -> Path:
+    """A file in this runtime's temporary folder (gone with the runtime, unlike the kit on Drive), named after the
+    requirements' content: it says "installed once in this runtime", so a failing install is never retried in a
+    loop."""
+    digest = hashlib.sha256(Path(requirements).read_bytes()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"grpo-kit-installed-{Path(requirements).stem}-{digest}"
+
+
+def _pip(*args: str) -> int:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args]).returncode
+
+
+def pip_install(requirements: Path, pins: dict) -> None:
+    """pip install the pins (those marked no-deps separately, with --no-deps). For the GPU file: if the resolve
+    fails (docs/gpu-stack.md: certifi may not resolve), the rest first, then unsloth/unsloth_zoo --no-deps."""
+    with_deps = [f"{n}=={v}" for n, (v, no_deps) in pins.items() if not no_deps]
+    no_deps = [f"{n}=={v}" for n, (v, nd) in pins.items() if nd]
+    if with_deps and _pip(*with_deps) != 0:
+        unsloth = [p for p in with_deps if p.startswith("unsloth")]
+        if not unsloth:
+            raise InstallError(f"pip could not install {requirements.name} (its output is above). Fix: "
+                               "Runtime > Disconnect and delete runtime, then run the notebook again from the top.")
+        print("[grpo-kit] full install failed; retrying with unsloth/unsloth_zoo installed --no-deps ...")
+        rest = [p for p in with_deps if p not in unsloth]
+        if _pip(*rest) != 0:
+            raise InstallError(f"pip could not install {requirements.name} even without unsloth (its output is "
+                               "above). See docs/troubleshooting.md 'Colab install'.")
+        no_deps += unsloth
+    if no_deps and _pip("--no-deps", *no_deps) != 0:
+        raise InstallError(f"pip could not install {' '.join(no_deps)} --no-deps (its output is above).")
+
+
+def _stale_imports(changed: set[str]) -> list[str]:
+    """Modules imported in this process whose distribution changed version: they need a fresh process."""
+    from importlib import metadata
+
+    canon = {n.lower().replace("_", "-") for n in changed}
+    owners = metadata.packages_distributions()
+    return sorted(module for module in {m.split(".")[0] for m in list(sys.modules)}
+                  if any(d.lower().replace("_", "-") in canon for d in owners.get(module, ())))
+
+
+def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str | None = None) -> bool:
+    """On Colab, install the pinned stack for this runtime at most once; elsewhere do nothing. True if installed now.
+
+    stack: "gpu" (requirements.txt: Unsloth, vLLM, the torch they pin) or "cpu" (requirements-colab-cpu.txt: the
+    embedded model, Colab's torch); default: "gpu" when a GPU is attached. Nothing is installed when every pinned
+    version is already importable (a second notebook in the same runtime, or a re-run). After an install the
+    versions are checked again, and only then is the marker written. A restart is needed only when a package whose
+    version changed was already imported in this process: then it says so and ends the kernel (Colab restarts it);
+    run the notebook again from the top and the check skips the install.
     """
     if not on_colab():
         return False
-    root = Path(root)
-    marker = root / INSTALL_MARKER
-    if marker.exists():
+    stack = stack or ("gpu" if gpu_attached() else "cpu")
+    requirements = Path(root) / REQUIREMENTS[stack]
+    pins = read_pins(requirements)
+    marker = install_marker(requirements)
+    unmet = unmet_pins(pins)
+    if not unmet:
+        marker.write_text(f"{requirements.name}: every pinned version importable\n")
+        print(f"[grpo-kit] Colab ({stack} runtime): the pinned stack ({requirements.name}) is already in place; "
+              "no install.")
         return False
-    print("[grpo-kit] Colab: installing the kit's pinned stack (requirements.txt); this takes a few minutes ...")
-    os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "-r", str(root / "requirements.txt")]
-    result = subprocess.run(cmd)
-    if result.returncode != 0:
-        # docs/gpu-stack.md: certifi may not resolve; install the rest, then unsloth without its dependencies.
-        print("[grpo-kit] full install failed; retrying with unsloth/unsloth_zoo installed --no-deps ...")
-        lines = [line for line in (root / "requirements.txt").read_text().splitlines()
-                 if line.strip() and not line.lstrip().startswith(("#", "unsloth"))]
-        rest = root / ".requirements-without-unsloth.txt"
-        rest.write_text("\n".join(lines) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(rest)], check=True)
-        unsloth = [line.strip() for line in (root / "requirements.txt").read_text().splitlines()
-                   if line.strip().startswith("unsloth")]
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *unsloth], check=True)
-    marker.write_text("installed\n")
-    stale = sorted(m for m in RELOAD_SENSITIVE if m in sys.modules)
+    if marker.exists():
+        raise InstallError(_unmet_message(unmet, requirements, "was already installed once in this runtime, yet"))
+    what = "the GPU stack (Unsloth, vLLM, the torch they pin)" if stack == "gpu" else \
+        "the CPU stack (Hugging Face libraries and the embedded model; no vLLM or Unsloth)"
+    print(f"[grpo-kit] Colab: installing {what} from {requirements.name} ({len(unmet)} of {len(pins)} pins to "
+          "change); the GPU stack takes minutes ...")
+    if stack == "gpu":
+        os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
+    before = {name: installed_version(name) for name in pins}
+    pip_install(requirements, pins)
+    still = unmet_pins(pins)
+    if still:
+        raise InstallError(_unmet_message(still, requirements, "was installed, but"))
+    marker.write_text(f"{requirements.name}: installed and checked\n")
+    changed = {name for name in pins if not _same_version(before[name], pins[name][0])}
+    stale = _stale_imports(changed)
     if not stale:
-        # Nothing the install replaced was imported yet (the reference Unsloth notebooks rely on the same), so
-        # this Python process will import the new versions: no restart needed.
-        print("[grpo-kit] Installed.")
+        # Nothing whose version changed was imported yet, so this process imports the new versions: no restart.
+        print("[grpo-kit] Installed and checked.")
         return True
-    print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session, so the session "
-          "restarts now to load the new versions. When it is back, run this notebook again from the top: the "
-          "install is skipped the second time.")
+    print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session at another version, "
+          "so the session restarts now to load the new ones. When it is back, run this notebook again from the top: "
+          "the install is skipped the second time.")
     if restart:
         sys.stdout.flush()
         os.kill(os.getpid(), 9)  # Colab restarts a dead kernel by itself; a normal exit would not reload torch
     return True
 
 
-# Modules requirements.txt replaces or pins: if one is already imported, the new version needs a fresh process.
-RELOAD_SENSITIVE = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "vllm", "unsloth",
-                    "bitsandbytes", "triton", "xformers", "torchvision", "torchaudio", "numpy")
+def _unmet_message(unmet: dict, requirements: Path, what: str) -> str:
+    rows = ", ".join(f"{n} {have or 'missing'} (pinned {want})" for n, (want, have) in sorted(unmet.items()))
+    return (f"{requirements.name} {what} these versions are not importable: {rows}. Fix: Runtime > Disconnect and "
+            "delete runtime (a fresh runtime), then run the notebook again from the top; if it happens again, "
+            "docs/troubleshooting.md 'Colab install' lists the known causes.")
 
 
 @dataclass
@@ -164,10 +358,139 @@ def resolve_preset_name(preset_name: str | None, runtime) -> str:
     return "t4" if runtime.has_gpu else "cpu"
 
 
+# ------------------------------------------------------------------------------------- the Drive run folder
+
+DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.checkpoints keeps checkpoints in
+
+
+def drive_root(mount=None) -> Path:
+    """MyDrive/grpo-kit on a mounted Google Drive (mounting it first, which asks for permission once). Colab only.
+
+    `mount` replaces google.colab.drive.mount (tests)."""
+    if not on_colab():
+        raise ValueError("USE_DRIVE = True needs Google Colab (Drive is mounted through google.colab). Elsewhere the "
+                         "run folder is already on your own disk: set USE_DRIVE = False.")
+    mount_point = COLAB_CONTENT / "drive"
+    if not (mount_point / "MyDrive").is_dir():
+        if mount is None:
+            from google.colab import drive  # noqa: PLC0415 - only exists on Colab
+
+            mount = drive.mount
+        mount(str(mount_point))
+    root = mount_point / "MyDrive" / DRIVE_KIT_FOLDER
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def drive_run_dir(run_dir: str | os.PathLike, mount=None) -> Path:
+    """The run folder on Drive: MyDrive/grpo-kit/runs/<name>. The WHOLE run folder lives there (adapter,
+    metrics, evaluations and checkpoints), so a later runtime - 06 on another day - finds it."""
+    return drive_root(mount) / "runs" / Path(run_dir).name
+
+
+# ------------------------------------------------------------------------------ an adapter for 06 (and later)
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class AdapterMissing(FileNotFoundError):
+    """No trained adapter where a lesson looked; the message lists where it looked and the three ways to get one."""
+
+
+def is_adapter(folder: str | os.PathLike) -> bool:
+    return all((Path(folder) / name).is_file() for name in ADAPTER_FILES)
+
+
+def adapter_base_model(folder: str | os.PathLike) -> str | None:
+    import json
+
+    try:
+        return json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return None
+
+
+def base_model_key(name: str) -> str:
+    """A model's identity across spellings: "unsloth/Qwen2.5-1.5B-Instruct", its "-unsloth-bnb-4bit" repo and a
+    local folder of the same name agree; so do the cpu preset's "SmolLM2-135M-Instruct (embedded, ...)" and the
+    cached folder .../SmolLM2-135M-Instruct that its adapters name."""
+    key = Path(str(name).split(" (")[0].rstrip("/")).name.lower()
+    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-4bit"):
+        key = key.removesuffix(suffix)
+    return key
+
+
+def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> Path:
+    """The trained adapter a lesson after 05 uses, first found of:
+
+    1. <run folder>/adapter - 05's run in this runtime, or the run folder on Drive (prepare(..., drive=True));
+    2. `staged`: a folder the instructor shared (a path, e.g. on Drive: MyDrive/grpo-kit/staged/adapter), or a
+       Hugging Face repo id "owner/name" holding the adapter files (downloaded once);
+    3. MyDrive/grpo-kit/staged/adapter when Drive is mounted (where the instructor guide says to put it).
+
+    Raises AdapterMissing naming every place it looked and the fixes. An adapter made for another base model than
+    the preset's is refused (its answers would be noise).
+    """
+    looked = []
+    candidates = [Path(kit.run_dir) / "adapter"]
+    if staged:
+        staged_path = Path(staged).expanduser()
+        if not staged_path.exists() and "/" in str(staged) and not str(staged).startswith(("/", ".", "~")) \
+                and str(staged).count("/") == 1:
+            candidates.append(_download_adapter(str(staged)))
+        else:
+            candidates.append(staged_path)
+    if on_colab() and (COLAB_CONTENT / "drive" / "MyDrive").is_dir():
+        candidates.append(COLAB_CONTENT / "drive" / "MyDrive" / DRIVE_KIT_FOLDER / "staged" / "adapter")
+    for folder in candidates:
+        looked.append(str(folder))
+        if is_adapter(folder):
+            base = adapter_base_model(folder)
+            want = kit.preset.model_name
+            if base and want and base_model_key(base) != base_model_key(want):
+                raise AdapterMissing(
+                    f"the adapter in {folder} was trained on {base}, but this preset ({kit.preset.name}) loads {want}. "
+                    "Fix: use an adapter from a run with the same preset (the t4 preset on a T4 runtime, the cpu "
+                    "preset on a CPU runtime), or set PRESET to match it.")
+            print(f"[grpo-kit] using the trained adapter in {folder}")
+            return Path(folder)
+    raise AdapterMissing(
+        "No trained adapter found; looked in: " + ", ".join(looked) + ". Fix, one of: (a) run 05_train first in "
+        "THIS runtime (same RUN_DIR); (b) if 05 ran in another runtime with USE_DRIVE = True, set USE_DRIVE = True "
+        "here too (same RUN_DIR) so this notebook reads the run folder from Drive; (c) ask your instructor for the "
+        "pre-trained adapter and set STAGED_ADAPTER to its folder (e.g. /content/drive/MyDrive/grpo-kit/staged/"
+        "adapter) or its Hugging Face repo id. docs/colab.md explains the three.")
+
+
+def _download_adapter(repo_id: str) -> Path:
+    """An adapter repo from the Hugging Face Hub, into the local cache (token from Colab secrets if private)."""
+    from huggingface_hub import snapshot_download
+
+    token = None
+    try:
+        from helpers.sharing import MissingTokenError, hf_token
+
+        token = hf_token()
+    except MissingTokenError:
+        token = None  # a public repo needs none
+    return Path(snapshot_download(repo_id=repo_id, token=token, allow_patterns=["adapter_*", "*.json", "*.txt",
+                                                                                  "*.model", "*.jinja"]))
+
+
+# --------------------------------------------------------------------------------------------- prepare
+
+
 def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = DEFAULT_RUN_DIR,
-            root: str | os.PathLike | None = None, quiet: bool = False, **overrides) -> Kit:
+            root: str | os.PathLike | None = None, quiet: bool = False, lesson: str | None = None,
+            drive: bool = False, mount=None, **overrides) -> Kit:
     """Detect the runtime, choose and validate the preset, and run the guards before anything is loaded.
 
+    lesson: the notebook's name (LESSON in its parameters cell). A lesson that needs no GPU ("no GPU needed" in
+    LESSONS, docs/colab.md) runs on a Colab CPU runtime with the embedded model; one that needs the T4 stops on a
+    CPU runtime with the menu path, unless PRESET = "cpu" asks for the embedded model. None: needs the T4 (as the
+    older setup cell did).
+    drive: Colab only - the run folder lives on Google Drive (MyDrive/grpo-kit/runs/<RUN_DIR name>), whole,
+    adapter included, so a later runtime (06, another day) finds it. `mount` replaces google.colab.drive.mount.
     overrides: preset fields (max_steps, eval_size, num_generations, per_device_train_batch_size,
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
     Raises helpers.runtime.RuntimeProblem / helpers.training.PresetError with the fix in the message.
@@ -175,29 +498,37 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     from helpers import runtime as rt
     from helpers.training import get_preset, precision_flags, validate
 
+    needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()
     runtime = rt.detect()
+    if runtime.on_colab and not runtime.has_gpu and needs_gpu and not preset_name:
+        raise rt.RuntimeProblem(rt.NO_GPU_ON_COLAB)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     preset = get_preset(resolve_preset_name(preset_name, runtime), **overrides)
     validate(preset, runtime)
     want_gpu = preset.backend == "unsloth"
-    # No GPU on Colab -> the menu path; a GPU preset without a GPU -> the fix; too little free memory -> said now.
+    # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads.
     warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     if want_gpu:
         import_unsloth_first()
     run_dir = Path(run_dir or DEFAULT_RUN_DIR)
-    if not run_dir.is_absolute():
+    if drive:
+        run_dir = drive_run_dir(run_dir, mount=mount)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    elif not run_dir.is_absolute():
         run_dir = root / run_dir
     kit = Kit(root=root, runtime=runtime, preset=preset, run_dir=run_dir, overrides=overrides)
     if not quiet:
         print(f"[grpo-kit] kit: {root}")
         print(f"[grpo-kit] runtime: {runtime.describe()}")
+        if lesson is not None and not needs_gpu:
+            print(f"[grpo-kit] lesson {lesson}: no GPU needed ({LESSONS[lesson].why})")
         print(f"[grpo-kit] preset: {preset.name} - {preset.description}")
         if overrides:
             print(f"[grpo-kit] overrides: {overrides}")
         flags = precision_flags(runtime) if want_gpu else precision_flags(rt.Runtime(on_colab=runtime.on_colab))
         print(f"[grpo-kit] precision flags for training: {flags}")
-        print(f"[grpo-kit] run folder: {run_dir}")
+        print(f"[grpo-kit] run folder: {run_dir}" + (" (Google Drive: kept when this runtime ends)" if drive else ""))
         for w in warnings:
             print(f"[grpo-kit] warning: {w}")
     return kit

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field, replace
 
+# Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
+# "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
+GIB = 1024**3
+
 NO_GPU_ON_COLAB = (
-    "No GPU is attached to this Colab session. Fix: Runtime > Change runtime type > T4 GPU, "
-    "then Runtime > Restart session and run the notebook again from the top."
+    "No GPU is attached to this Colab session, and this lesson runs on the T4. Fix: Runtime > Change runtime "
+    "type > T4 GPU, then run the notebook again from the top. (To run it on this CPU runtime with the small "
+    "embedded model instead, set PRESET = \"cpu\" in the first cell; docs/colab.md says which lessons need the T4.)"
 )
 
 
@@ -61,7 +67,7 @@ class Runtime:
         cc = ".".join(map(str, self.compute_capability or ()))
         return (
             f"{where}, {self.gpu_name} (compute capability {cc}), {self.free_gpu_gb:.2f} of "
-            f"{self.total_gpu_gb:.2f} GB free, precision {self.precision}, unsloth={'yes' if self.has_unsloth else 'no'}, "
+            f"{self.total_gpu_gb:.2f} GiB free, precision {self.precision}, unsloth={'yes' if self.has_unsloth else 'no'}, "
             f"vllm={'yes' if self.has_vllm else 'no'}, backend={self.backend}"
         )
 
@@ -76,8 +82,63 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+# PyTorch reads its allocator settings once, when CUDA starts in the process; set later they never apply.
+# Unsloth's own choice (unsloth_zoo/__init__.py, torch >= 2.10): expandable segments against fragmentation,
+# except in vLLM standby mode, which refuses them (the kit keeps standby off: helpers.model.UNSLOTH_ENV).
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+ALLOC_CONF = "expandable_segments:True"
+
+
+def cuda_started() -> bool:
+    """Whether this process has already initialised CUDA (then allocator settings can no longer change)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a half-imported or CPU-only torch: CUDA did not start
+        return False
+
+
+def configure_cuda_allocator(environ=None) -> bool:
+    """Set PYTORCH_ALLOC_CONF=expandable_segments:True before CUDA starts, unless the user set an allocator
+    config or vLLM standby is on. Returns True when the setting is (now) in place for this process."""
+    environ = os.environ if environ is None else environ
+    if environ.get("UNSLOTH_VLLM_STANDBY", "0") == "1":
+        return False
+    if any(environ.get(k) for k in ALLOC_CONF_VARS):
+        return not cuda_started()
+    if cuda_started():
+        return False
+    environ["PYTORCH_ALLOC_CONF"] = ALLOC_CONF
+    return True
+
+
+def start_gpu_process(preset_name: str | None) -> None:
+    """The first call of every GPU entry point (python -m helpers.train, the setup cell's prepare):
+    allocator settings before CUDA starts, then Unsloth before transformers/TRL are imported, so its patches apply.
+
+    Does nothing for a CPU preset, and imports nothing when Unsloth is not installed (the runtime check says so).
+    """
+    from helpers.training import PresetError, get_preset
+
+    try:
+        backend = get_preset(preset_name).backend if preset_name else None
+    except PresetError:
+        return  # the caller reports the bad preset name with its fix
+    if backend == "cpu":
+        return
+    configure_cuda_allocator()
+    if backend == "unsloth" and _installed("unsloth"):
+        from helpers.model import import_unsloth
+
+        import_unsloth()
+
+
 def detect() -> Runtime:
-    """Read the machine without loading any model. Imports torch but never unsloth or vllm."""
+    """Read the machine without loading any model. Imports torch but never unsloth or vllm.
+
+    Starts CUDA (to read free memory), so the allocator settings are put in place first. Memory is in GiB.
+    """
+    configure_cuda_allocator()
     import torch
 
     colab = on_colab()
@@ -90,15 +151,15 @@ def detect() -> Runtime:
         on_colab=colab,
         gpu_name=props.name,
         compute_capability=(props.major, props.minor),
-        total_gpu_gb=total / 1e9,
-        free_gpu_gb=free / 1e9,
+        total_gpu_gb=total / GIB,
+        free_gpu_gb=free / GIB,
         has_unsloth=has_unsloth,
         has_vllm=has_vllm,
     )
 
 
-# Known GPUs for tests and for planning without the card in hand. total_gpu_gb is what PyTorch reports
-# (a T4 shows 14.56 GB, not 16: field notes section 7).
+# Known GPUs for tests and for planning without the card in hand. total_gpu_gb is what PyTorch reports, in GiB
+# (a T4 shows 14.56, not 16: field notes section 7; helpers.memory.GPUS uses the same figure).
 _FAKE_GPUS = {
     "t4": ("Tesla T4", (7, 5), 14.56),
     "l4": ("NVIDIA L4", (8, 9), 22.3),
@@ -127,15 +188,18 @@ def fake_runtime(kind: str = "cpu", *, on_colab: bool = False, free_gpu_gb: floa
     return replace(rt, **overrides)
 
 
-def check(rt: Runtime, *, want_gpu: bool = False, precision: str | None = None, need_free_gb: float | None = None) -> list[str]:
+def check(rt: Runtime, *, want_gpu: bool | None = None, precision: str | None = None,
+          need_free_gb: float | None = None) -> list[str]:
     """Raise RuntimeProblem with the fix when the runtime cannot do what is asked; return soft warnings.
 
-    want_gpu: the caller needs the GPU path (the t4 preset). precision: 'bf16'/'fp16' if the user forced one.
+    want_gpu: True - the caller needs the GPU path (the t4 preset); False - the CPU path was chosen (the embedded
+    model, which also runs on a Colab CPU runtime); None (not said) - a Colab runtime without a GPU is refused,
+    since on Colab the course expects the T4 unless a lesson says otherwise (docs/colab.md). precision: 'bf16'/'fp16' if the user forced one.
     need_free_gb: free GPU memory needed before loading, checked now rather than discovered as an OOM later.
     """
     warnings = []
     if not rt.has_gpu:
-        if rt.on_colab:
+        if want_gpu is not False and rt.on_colab:
             raise RuntimeProblem(NO_GPU_ON_COLAB)
         if want_gpu:
             raise RuntimeProblem(
@@ -161,7 +225,7 @@ def check(rt: Runtime, *, want_gpu: bool = False, precision: str | None = None, 
         )
     if need_free_gb is not None and rt.free_gpu_gb is not None and rt.free_gpu_gb < need_free_gb:
         raise RuntimeProblem(
-            f"Only {rt.free_gpu_gb:.2f} GB of GPU memory is free and this step needs about {need_free_gb:.2f} GB. "
+            f"Only {rt.free_gpu_gb:.2f} GiB of GPU memory is free and this step needs about {need_free_gb:.2f} GiB. "
             "Fix: Runtime > Restart session (frees memory held by an earlier model), or lower "
             "gpu_memory_utilization / num_generations / max_completion_length in the preset."
         )

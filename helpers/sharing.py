@@ -3,7 +3,7 @@
     save_adapter(model, tokenizer, "runs/demo/share/adapter")          # megabytes; needs the base model to use
     check_reload(model, tokenizer, "runs/demo/share/adapter", preset)    # reload it: same greedy answers?
     export_merged(model, tokenizer, "runs/demo/share/merged", preset)    # one standalone 16-bit model folder
-    export_gguf(model, tokenizer, "runs/demo/share/gguf")                # GPU (Unsloth) only: llama.cpp / Ollama
+    export_gguf(model, tokenizer, "runs/demo/share/gguf")                # GPU only: files in runs/demo/share/gguf_gguf
     push_folder("runs/demo/share/merged", "your-name/grpo-math")         # token from Colab secrets or HF_TOKEN
 
 Never overwrites an existing export folder unless overwrite=True. The Hugging Face token is read from Colab's
@@ -48,7 +48,9 @@ def _fresh_folder(path, overwrite: bool) -> Path:
 
 
 def _is_unsloth(model) -> bool:
-    return hasattr(model, "save_pretrained_merged") or hasattr(model, "fast_generate")
+    from helpers.model import has_vllm_engine
+
+    return hasattr(model, "save_pretrained_merged") or has_vllm_engine(model)
 
 
 # ----------------------------------------------------------------------------------------- adapter
@@ -65,24 +67,43 @@ def save_adapter(model, tokenizer, path, overwrite: bool = False) -> Path:
     return path
 
 
-def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new_tokens: int = 16) -> dict:
-    """Reload the saved adapter onto a fresh base model and compare greedy answers with the model in memory.
+def adapter_is_untrained(model) -> bool:
+    """True when every LoRA B matrix is zero: a fresh adapter (peft starts B at zero), not trained weights."""
+    found = False
+    for name, tensor in model.state_dict().items():
+        if ".lora_B." in name:
+            found = True
+            if bool(tensor.detach().abs().sum() != 0):
+                return False
+    return found
 
-    Returns {"match": bool, "prompts": [...], "original": [...], "reloaded": [...]}.
-    CPU: a second embedded model + the adapter through peft. GPU: vLLM answers with the saved adapter folder
-    (lora_request) against the in-memory model's own generate.
+
+def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new_tokens: int = 16) -> dict:
+    """Reload the saved adapter and compare its greedy answers with those of the adapter in memory.
+
+    Returns {"match": bool, "prompts": [...], "original": [...], "reloaded": [...], "note": str | None}.
+    CPU: a second embedded model + the adapter through peft. GPU (vLLM): the in-memory adapter's tensors
+    (LIVE_ADAPTER) against the saved folder, each as its own vLLM LoRA request.
+    When the adapter in memory is untrained (every LoRA B zero, as right after loading the base model) the note
+    says so: a mismatch then means the trained weights were never attached, not that saving failed.
     """
     from dataclasses import replace
 
-    from helpers.model import generate
+    from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine
 
+    note = None
+    if adapter_is_untrained(model):
+        note = ("the model in memory holds an untrained LoRA adapter (every lora_B is zero): this compares the base "
+                "model with the saved adapter. Attach the trained weights first (course.attach_trained_adapter) to "
+                "check the reload of a trained model.")
+        print(f"[grpo-kit] note: {note}")
     s = replace(settings, eval_max_new_tokens=max_new_tokens)
     if prompts is None:
         from helpers import data
 
         prompts = [r["prompt"] for r in data.synthetic_problems(3, "heldout", seed=settings.seed)]
-    if hasattr(model, "fast_generate"):
-        original = generate(model, tokenizer, prompts, s, greedy=True, lora_path=adapter_path)
+    if has_vllm_engine(model):
+        original = generate(model, tokenizer, prompts, s, greedy=True, lora_path=LIVE_ADAPTER)
         reloaded = generate(model, tokenizer, prompts, s, greedy=True, lora_path=adapter_path)
     else:
         from helpers.model import load_cpu
@@ -90,7 +111,8 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
         original = generate(model, tokenizer, prompts, s, greedy=True)
         fresh, fresh_tok = load_cpu(settings, adapter_path=adapter_path)
         reloaded = generate(fresh, fresh_tok, prompts, s, greedy=True)
-    return {"match": original == reloaded, "prompts": prompts, "original": original, "reloaded": reloaded}
+    return {"match": original == reloaded, "prompts": prompts, "original": original, "reloaded": reloaded,
+            "note": note}
 
 
 # ----------------------------------------------------------------------------------------- merged
@@ -147,17 +169,37 @@ def gguf_kwargs(quantization_method: str = "q4_k_m") -> dict:
     return dict(quantization_method=quantization_method)
 
 
+def gguf_folder(path) -> Path:
+    """Where Unsloth's save_pretrained_gguf(path) writes the .gguf files: the SIBLING folder `<path>_gguf`
+    (unsloth/save.py _gguf_output_directory); `path` itself receives the 16-bit merge it converts from."""
+    path = Path(path)
+    return path.with_name(path.name + "_gguf")
+
+
 def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", overwrite: bool = False) -> Path:
-    """A GGUF file (llama.cpp, Ollama, LM Studio) through Unsloth. GPU only."""
+    """GGUF file(s) (llama.cpp, Ollama, LM Studio) through Unsloth. GPU only. Returns the folder holding them.
+
+    Unsloth writes the merged 16-bit model into `path` and the GGUF files into `<path>_gguf`; both are checked
+    before anything is written, so neither an earlier export nor a user's folder is replaced silently.
+    """
     if not hasattr(model, "save_pretrained_gguf"):
         raise SharingError(
             "GGUF export goes through Unsloth's save_pretrained_gguf, which this kit uses on the GPU path only "
             "(the CPU path has a plain transformers + peft model). On the CPU: export_merged(...) and convert that "
             "folder with llama.cpp's convert_hf_to_gguf.py; on Colab: run this on a T4 runtime."
         )
+    out = gguf_folder(path)
+    for folder in (Path(path), out):  # check both before touching either
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
+            raise SharingError(f"{folder} already exists and is not empty; nothing was written (Unsloth writes the "
+                               f"merge into {Path(path)} and the GGUF files into {out}). Choose another folder, or "
+                               "pass overwrite=True to replace them.")
     path = _fresh_folder(path, overwrite)
-    model.save_pretrained_gguf(str(path), tokenizer, **gguf_kwargs(quantization_method))
-    return path
+    _fresh_folder(out, overwrite)
+    result = model.save_pretrained_gguf(str(path), tokenizer, **gguf_kwargs(quantization_method))
+    if isinstance(result, dict) and result.get("gguf_directory"):
+        out = Path(result["gguf_directory"])
+    return out
 
 
 # ----------------------------------------------------------------------------------------- the Hub

@@ -183,6 +183,7 @@ def build_datasets(preset, tokenizer):
 
 
 def run(args) -> dict:
+    rt.start_gpu_process(args.preset)  # GPU: allocator settings before CUDA, Unsloth before transformers/TRL
     from helpers.evaluation import evaluate, summary_of, write_samples
     from helpers.memory_monitor import MemoryMonitor
     from helpers.metrics import MetricsRecorder, plot_rewards, read_metrics

@@ -415,3 +415,32 @@ def test_trl_module_level_vllm_imports_exist_in_pinned_vllm(vllm_root):
         if not defined:
             missing.append(f"trl/generation/{trl_file}: {module}.{name} is not defined in vllm=={pinned}")
     assert not missing, "\n".join(missing)
+
+
+# --------------------------------------------------- facts the GPU-fault fixes rely on (tests/test_gpu_faults.py)
+
+
+def test_unsloth_sets_vllm_engine_only_with_a_started_engine(unsloth_root):
+    """helpers.model.has_vllm_engine tests model.vllm_engine: fast_generate is also set when vLLM was disabled."""
+    assert ps.attribute_assignments(unsloth_root / "unsloth", "vllm_engine"), "unsloth never assigns model.vllm_engine"
+    llama = (unsloth_root / "unsloth" / "models" / "llama.py").read_text()
+    assert "model.fast_generate = make_fast_generate_wrapper(model.generate)" in llama, \
+        "the no-vLLM branch no longer sets fast_generate: has_vllm_engine's reason changed, re-read llama.py"
+    fixes = (unsloth_root / "unsloth" / "import_fixes.py").read_text()
+    assert "VLLM_DISABLED_REASON" in fixes, "helpers.model.vllm_disabled_reason reads unsloth.import_fixes.VLLM_DISABLED_REASON"
+
+
+def test_unsloth_zoo_load_lora_can_send_the_live_adapter(zoo_root):
+    fn = ps.find_function(ps.parse("unsloth_zoo", "unsloth_zoo/vllm_utils.py"), "load_lora")
+    assert "load_tensors" in ps.signature(fn).names, "check_reload's LIVE_ADAPTER uses load_lora(load_tensors=True)"
+
+
+def test_unsloth_gguf_goes_to_the_sibling_folder(unsloth_root):
+    fn = ps.find_function(ps.parse("unsloth", "unsloth/save.py"), "_gguf_output_directory")
+    assert "{save_directory}_gguf" in ps.ast.unparse(fn), "helpers.sharing.gguf_folder mirrors <path>_gguf"
+
+
+def test_unsloth_zoo_sets_expandable_segments_only_without_standby(zoo_root):
+    init = (zoo_root / "unsloth_zoo" / "__init__.py").read_text()
+    assert 'os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"' in init, \
+        "helpers.runtime.configure_cuda_allocator copies unsloth_zoo's allocator choice"

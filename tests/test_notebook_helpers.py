@@ -31,14 +31,9 @@ def test_on_colab_needs_a_colab_variable():
 
 def test_install_if_colab_does_nothing_off_colab(monkeypatch, tmp_path):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    monkeypatch.setattr(notebook_setup, "_pip", lambda *a: pytest.fail("pip must not run off Colab"))
     assert notebook_setup.install_if_colab(tmp_path) is False
-    assert not (tmp_path / notebook_setup.INSTALL_MARKER).exists()
-
-
-def test_install_if_colab_skips_when_already_installed(monkeypatch, tmp_path):
-    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: True)
-    (tmp_path / notebook_setup.INSTALL_MARKER).write_text("installed\n")
-    assert notebook_setup.install_if_colab(tmp_path) is False
+    assert not list(tmp_path.iterdir()), "nothing written off Colab"
 
 
 def test_preset_is_chosen_from_the_runtime():
@@ -73,7 +68,7 @@ def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
     from helpers import runtime
 
     monkeypatch.setattr(runtime, "detect", lambda: fake_runtime("t4", on_colab=True, free_gpu_gb=3.0))
-    with pytest.raises(RuntimeProblem, match="Only 3.00 GB of GPU memory is free"):
+    with pytest.raises(RuntimeProblem, match="Only 3.00 GiB of GPU memory is free"):
         notebook_setup.prepare(None, root=ROOT, quiet=True)
 
 
@@ -211,3 +206,9 @@ def test_push_to_hub_needs_a_repo_and_a_token(tmp_path, monkeypatch, capsys):
     assert "HUB_REPO is None" in capsys.readouterr().out
     assert course.push_to_hub(tmp_path, "me/model") is None
     assert "No Hugging Face token found" in capsys.readouterr().out
+
+
+def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
+    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
+        notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)

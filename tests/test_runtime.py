@@ -24,8 +24,14 @@ def test_t4_gets_fp16_and_ampere_gets_bf16():
 
 
 def test_no_gpu_on_colab_names_the_menu_path():
-    with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU"):
-        rt.check(rt.fake_runtime("cpu", on_colab=True))
+    for want_gpu in (True, None):  # None: the caller did not choose the CPU path
+        with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
+            rt.check(rt.fake_runtime("cpu", on_colab=True), want_gpu=want_gpu)
+
+
+def test_colab_cpu_runtime_runs_the_cpu_path():
+    """A lesson on the embedded model runs on a Colab CPU runtime (docs/colab.md): no GPU asked for, no refusal."""
+    assert rt.check(rt.fake_runtime("cpu", on_colab=True), want_gpu=False) == []
 
 
 def test_gpu_preset_on_cpu_machine_says_what_to_do():
@@ -47,7 +53,7 @@ def test_missing_unsloth_or_vllm_says_to_run_setup(missing, word):
 
 
 def test_too_little_free_memory_is_said_before_loading():
-    with pytest.raises(rt.RuntimeProblem, match=r"Only 2\.00 GB .* about 7\.00 GB"):
+    with pytest.raises(rt.RuntimeProblem, match=r"Only 2\.00 GiB .* about 7\.00 GiB"):
         rt.check(rt.fake_runtime("t4", free_gpu_gb=2.0), want_gpu=True, need_free_gb=7.0)
     rt.check(rt.fake_runtime("t4", free_gpu_gb=14.0), want_gpu=True, need_free_gb=7.0)
 

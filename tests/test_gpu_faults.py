@@ -1,0 +1,304 @@
+"""The GPU-path faults of issue 11, each exercised on CPU with fake Unsloth / vLLM / torch objects.
+
+The fakes copy what the pinned sources do (unsloth 2026.10.9, unsloth_zoo 2026.10.9; tests/test_gpu_contracts.py
+checks those facts against the pinned wheels): Unsloth sets model.vllm_engine only when it started vLLM and sets
+fast_generate either way; load_lora(path, load_tensors=True) sends the live adapter's tensors; save_pretrained_gguf
+writes the GGUF files into the sibling folder `<path>_gguf`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import model as hm
+from helpers import runtime as rt
+from helpers import sharing
+from helpers.training import get_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+T4 = get_preset("t4")
+PROMPTS = ["What is 2 + 3?", "What is 7 - 4?"]
+
+
+# ------------------------------------------------------------------------------------------------ fakes
+
+
+class FakeTokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return str(messages)
+
+    def save_pretrained(self, path):
+        Path(path, "tokenizer.json").write_text("{}")
+
+
+class FakeRequest:
+    def __init__(self, answer):
+        self.answer = answer
+
+
+class FakeEngine:
+    """Stands for vllm.LLM: the object Unsloth stores as model.vllm_engine."""
+
+
+class FakeVllmModel:
+    """An Unsloth model loaded with fast_inference=True: an engine, fast_generate, load_lora, save_lora.
+
+    vLLM answers from the weights it is given, wherever they come from: the live adapter's tensors or a saved
+    folder; the base model answers "base".
+    """
+
+    def __init__(self, live_weights="trained-v2", lora_b=1.0):
+        self.vllm_engine = FakeEngine()
+        self.live_weights = live_weights
+        self.lora_b = lora_b
+        self.load_lora_calls = []
+
+    def state_dict(self):
+        return {"layers.0.q_proj.lora_A.default.weight": torch.ones(2, 2),
+                "layers.0.q_proj.lora_B.default.weight": torch.full((2, 2), self.lora_b)}
+
+    def save_lora(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        Path(path, "adapter_model.safetensors").write_text(self.live_weights)
+
+    def load_lora(self, path, load_tensors=False):
+        self.load_lora_calls.append((path, load_tensors))
+        weights = self.live_weights if load_tensors else Path(path, "adapter_model.safetensors").read_text()
+        return FakeRequest(f"answer-for:{weights}")
+
+    def fast_generate(self, texts, sampling_params=None, lora_request=None):
+        answer = lora_request.answer if lora_request is not None else "base"
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=answer)]) for _ in texts]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.SamplingParams = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def no_engine_yet(monkeypatch):
+    monkeypatch.setattr(hm, "_LOADED_ENGINE", None)
+    for var in rt.ALLOC_CONF_VARS:  # detect() sets the allocator default: restore the environment afterwards
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+
+
+def fake_unsloth(monkeypatch, make_model, disabled_reason=None):
+    """A stand-in `unsloth` package whose FastLanguageModel returns make_model()."""
+    loads = []
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(**kwargs):
+            loads.append(kwargs)
+            return make_model(), FakeTokenizer()
+
+        @staticmethod
+        def get_peft_model(model, **kwargs):
+            return model
+
+    module = types.ModuleType("unsloth")
+    module.FastLanguageModel = FastLanguageModel
+    fixes = types.ModuleType("unsloth.import_fixes")
+    fixes.VLLM_DISABLED_REASON = disabled_reason
+    monkeypatch.setitem(sys.modules, "unsloth", module)
+    monkeypatch.setitem(sys.modules, "unsloth.import_fixes", fixes)
+    return loads
+
+
+# ------------------------------------------------------------------- vLLM disabled at load -> raise the fix
+
+
+class ModelWithoutEngine:
+    """What Unsloth returns when it disabled vLLM: fast_generate wraps HF generate, no vllm_engine."""
+
+    def fast_generate(self, *args, **kwargs):
+        if "sampling_params" in kwargs:
+            raise ValueError("Unsloth: `sampling_params` is only supported when `fast_inference=True` (vLLM).")
+
+
+def test_vllm_disabled_at_load_raises_with_the_fix(monkeypatch):
+    reason = "Unsloth: Detected broken vLLM binary extension; disabling vLLM imports and continuing import."
+    fake_unsloth(monkeypatch, ModelWithoutEngine, disabled_reason=reason)
+    with pytest.raises(hm.ModelSetupError, match=r"WITHOUT vLLM.*broken vLLM binary.*Fix: Runtime > Disconnect"):
+        hm.load_unsloth(T4)
+
+
+def test_engine_not_fast_generate_decides_the_vllm_branch():
+    assert not hm.has_vllm_engine(ModelWithoutEngine())
+    assert hm.has_vllm_engine(FakeVllmModel())
+
+
+def test_without_fast_inference_no_engine_is_expected(monkeypatch):
+    fake_unsloth(monkeypatch, ModelWithoutEngine)
+    model, _ = hm.load_unsloth(replace(T4, fast_inference=False))
+    assert isinstance(model, ModelWithoutEngine)
+
+
+# ------------------------------------------------------------------------- never two vLLM engines
+
+
+def test_a_second_vllm_engine_is_refused_before_loading(monkeypatch):
+    loads = fake_unsloth(monkeypatch, FakeVllmModel)
+    first, _ = hm.load_unsloth(T4)
+    assert hm.loaded_vllm_engine() is first.vllm_engine
+    with pytest.raises(hm.ModelSetupError, match=r"already running.*Restart session"):
+        hm.load_unsloth(T4)
+    assert len(loads) == 1, "the second from_pretrained (a second engine) must never start"
+
+
+def test_an_engine_that_was_freed_allows_a_new_load(monkeypatch):
+    import gc
+
+    fake_unsloth(monkeypatch, FakeVllmModel)
+    first, _ = hm.load_unsloth(T4)
+    del first
+    gc.collect()
+    second, _ = hm.load_unsloth(T4)
+    assert hm.loaded_vllm_engine() is second.vllm_engine
+
+
+# ------------------------------------------------------------- check_reload compares live vs saved
+
+
+def test_check_reload_on_vllm_compares_the_live_adapter_with_the_saved_one(tmp_path, fake_vllm):
+    model = FakeVllmModel(live_weights="trained-v1")
+    saved = sharing.save_adapter(model, FakeTokenizer(), tmp_path / "adapter")
+    assert sharing.check_reload(model, FakeTokenizer(), saved, T4, prompts=PROMPTS)["match"]
+    # the point of the check: the folder on disk no longer holds what is in memory
+    model.live_weights = "trained-v2"
+    check = sharing.check_reload(model, FakeTokenizer(), saved, T4, prompts=PROMPTS)
+    assert not check["match"]
+    assert check["original"][0] == "answer-for:trained-v2" and check["reloaded"][0] == "answer-for:trained-v1"
+    live = [Path(p) for p, load_tensors in model.load_lora_calls if load_tensors]
+    assert live and saved not in live, "the live adapter goes through a scratch folder, never the saved one"
+    assert (saved / "adapter_model.safetensors").read_text() == "trained-v1"
+
+
+def test_check_reload_before_the_trained_weights_are_attached_says_so(tmp_path, fake_vllm, capsys):
+    trained = FakeVllmModel(live_weights="trained")
+    saved = sharing.save_adapter(trained, FakeTokenizer(), tmp_path / "adapter")
+    fresh = FakeVllmModel(live_weights="fresh-lora", lora_b=0.0)  # 06 right after loading: B starts at zero
+    check = sharing.check_reload(fresh, FakeTokenizer(), saved, T4, prompts=PROMPTS)
+    assert not check["match"], "a fresh adapter in memory must not pass for the trained one on disk"
+    assert "untrained LoRA adapter" in check["note"] and "Attach the trained weights first" in capsys.readouterr().out
+    assert sharing.check_reload(trained, FakeTokenizer(), saved, T4, prompts=PROMPTS)["note"] is None
+
+
+# ------------------------------------------------------------------------ GGUF: Unsloth's real folder
+
+
+class FakeGgufModel:
+    """unsloth save_pretrained_gguf: the 16-bit merge into `path`, the GGUF files into `<path>_gguf`."""
+
+    def save_pretrained_gguf(self, save_directory, tokenizer, quantization_method="fast_quantized"):
+        os.makedirs(save_directory, exist_ok=True)
+        Path(save_directory, "model.safetensors").write_text("merged")
+        gguf_dir = f"{save_directory}_gguf"
+        os.makedirs(gguf_dir, exist_ok=True)
+        Path(gguf_dir, f"model.{quantization_method.upper()}.gguf").write_text("gguf")
+        return {"save_directory": save_directory, "gguf_directory": gguf_dir}
+
+
+def test_export_gguf_returns_the_folder_holding_the_gguf_file(tmp_path):
+    out = sharing.export_gguf(FakeGgufModel(), FakeTokenizer(), tmp_path / "gguf")
+    assert out == tmp_path / "gguf_gguf" == sharing.gguf_folder(tmp_path / "gguf")
+    assert [p.name for p in out.glob("*.gguf")] == ["model.Q4_K_M.gguf"]
+
+
+def test_export_gguf_never_overwrites_an_earlier_gguf_folder(tmp_path):
+    earlier = tmp_path / "gguf_gguf"
+    earlier.mkdir()
+    (earlier / "mine.gguf").write_text("a user's earlier export")
+    with pytest.raises(sharing.SharingError, match="gguf_gguf already exists"):
+        sharing.export_gguf(FakeGgufModel(), FakeTokenizer(), tmp_path / "gguf")
+    assert (earlier / "mine.gguf").read_text() == "a user's earlier export" and not (tmp_path / "gguf").exists()
+    out = sharing.export_gguf(FakeGgufModel(), FakeTokenizer(), tmp_path / "gguf", overwrite=True)
+    assert not (out / "mine.gguf").exists() and (out / "model.Q4_K_M.gguf").is_file()
+
+
+# ------------------------------------------------------------ GiB, and allocator settings before CUDA
+
+
+def fake_torch(monkeypatch, free_bytes, total_bytes):
+    seen = {}
+
+    def mem_get_info(device=0):
+        seen["alloc_conf_at_cuda_start"] = os.environ.get("PYTORCH_ALLOC_CONF")
+        return free_bytes, total_bytes
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: True, is_initialized=lambda: False, mem_get_info=mem_get_info,
+        get_device_properties=lambda i: types.SimpleNamespace(name="Tesla T4", major=7, minor=5))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    return seen
+
+
+def test_detect_reports_gib_like_the_memory_model(monkeypatch):
+    free, total = 6_143_000_000, 15_634_000_000  # bytes, as torch.cuda.mem_get_info returns them
+    fake_torch(monkeypatch, free, total)
+    r = rt.detect()
+    assert r.free_gpu_gb == pytest.approx(free / 2**30) and r.total_gpu_gb == pytest.approx(total / 2**30)
+    assert "5.72 of 14.56 GiB free" in r.describe()
+
+
+def test_allocator_settings_are_in_place_before_cuda_starts(monkeypatch):
+    for var in rt.ALLOC_CONF_VARS + ("UNSLOTH_VLLM_STANDBY",):
+        monkeypatch.delenv(var, raising=False)
+    seen = fake_torch(monkeypatch, 1, 2)
+    rt.detect()
+    assert seen["alloc_conf_at_cuda_start"] == "expandable_segments:True"
+
+
+def test_allocator_respects_the_user_and_standby(monkeypatch):
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}
+    rt.configure_cuda_allocator(env)
+    assert "PYTORCH_ALLOC_CONF" not in env, "a user's own allocator config is kept as it is"
+    env = {"UNSLOTH_VLLM_STANDBY": "1"}
+    assert not rt.configure_cuda_allocator(env) and "PYTORCH_ALLOC_CONF" not in env  # standby refuses them
+
+
+# ------------------------------------------------------- Unsloth imported before transformers and TRL
+
+
+FAKE_UNSLOTH = '''
+import json, os, sys
+json.dump({"transformers": "transformers" in sys.modules, "trl": "trl" in sys.modules,
+           "alloc_conf": os.environ.get("PYTORCH_ALLOC_CONF")}, open(os.environ["FAKE_UNSLOTH_RECORD"], "w"))
+'''
+
+
+def test_python_m_helpers_train_imports_unsloth_before_transformers(tmp_path):
+    """The GPU entry point, run as students run it; a stand-in unsloth records what was imported before it."""
+    (tmp_path / "fake" / "unsloth").mkdir(parents=True)
+    (tmp_path / "fake" / "unsloth" / "__init__.py").write_text(FAKE_UNSLOTH)
+    record = tmp_path / "record.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)]),
+           "FAKE_UNSLOTH_RECORD": str(record)}
+    for var in rt.ALLOC_CONF_VARS:
+        env.pop(var, None)
+    proc = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "t4", "--run-dir", str(tmp_path / "run")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert record.is_file(), f"unsloth was never imported:\n{proc.stderr[-2000:]}"
+    seen = json.loads(record.read_text())
+    assert seen == {"transformers": False, "trl": False, "alloc_conf": "expandable_segments:True"}
+    assert proc.returncode == 2 and "needs an NVIDIA GPU" in proc.stderr  # this machine has none: said clearly
+
+
+def test_memory_monitor_module_does_not_import_transformers():
+    code = "import sys, helpers.memory_monitor; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
