@@ -242,10 +242,9 @@ def run_kit(args) -> dict:
     emulated = EMULATED[args.emulate_gpu] if args.emulate_gpu else None
     if args.random_weights:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
-    if preset.backend == "unsloth":
-        from helpers.model import import_unsloth
+    from helpers import runtime as rt
 
-        import_unsloth()  # before transformers and TRL, as on every GPU entry point
+    rt.start_gpu_process(preset.name)  # allocator settings, then Unsloth before transformers/TRL: as helpers.train
     import torch
 
     if not torch.cuda.is_available():
@@ -271,7 +270,6 @@ def run_kit(args) -> dict:
     settings = settings_from_preset(preset)
     record["predicted"] = predicted(settings, gpu_gib)
 
-    from helpers import runtime as rt
     from helpers.training import grpo_config_kwargs
 
     runtime = rt.detect()
