@@ -5,7 +5,7 @@
 checkpoint_dir_for / RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
 evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
 attach_trained_adapter.
-The training itself is helpers.train.run; the rewards playground is in helpers.reward_lab.
+The training itself is helpers.train's named steps; the rewards playground is in helpers.reward_lab.
 """
 
 from __future__ import annotations
@@ -263,31 +263,27 @@ class RssSampler:
 
 
 def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
-              checkpoint_dir=None, dashboard: str | None = None, **changes) -> dict:
-    """helpers.train.run for the kit's preset and overrides (plus `changes`, e.g. max_steps=2); returns the summary.
+              checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
+    """Every step of helpers.train (helpers.train.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
+    returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
     complete checkpoint (helpers.train.plan_run), and a finished run is shown, not retrained. overwrite=True
     (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
-    are the CLI's --save-steps / --keep / --checkpoint-dir / --dashboard (None: the CLI's defaults).
+    are helpers.train.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
     from helpers import train
-    from helpers.notebook_setup import Kit
 
-    if changes:
-        kit = Kit(root=kit.root, runtime=kit.runtime, preset=kit.preset, run_dir=kit.run_dir,
-                  overrides={**kit.overrides, **changes})
     target = Path(run_dir or kit.run_dir)
     if not overwrite and (target / "summary.json").is_file():
         print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
               "again, choose another RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
         return json.loads((target / "summary.json").read_text())
-    argv = kit.train_argv(run_dir=run_dir, overwrite=overwrite)
-    for flag, value in (("--save-steps", save_steps), ("--keep", keep), ("--checkpoint-dir", checkpoint_dir),
-                        ("--dashboard", dashboard)):
-        if value is not None:
-            argv += [flag, str(value)]
-    return train.run(train.parse_args(argv))
+    given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
+    options = train.RunOptions(run_dir=target, overwrite=overwrite,
+                               **{k: v for k, v in given.items() if v is not None})
+    preset = kit.preset.with_overrides(**changes) if changes else kit.preset
+    return train.run_all(preset, options, reward_funcs=reward_funcs)
 
 
 def checkpoint_dir_for(kit, use_drive: bool = False) -> Path | None:
