@@ -449,12 +449,9 @@ def grpo_config(run: Run):
 
 def check_config(run: Run, config) -> None:
     """Raise PresetError where a GRPOConfig written by hand (notebook 05) differs from the preset's."""
-    from helpers.training import grpo_config_kwargs
-
-    want = grpo_config_kwargs(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),
-                              save_steps=run.save_steps)
-    diff = [f"{k}: config has {getattr(config, k, None)!r}, the preset gives {v!r}" for k, v in want.items()
-            if getattr(config, k, None) != v]
+    want = grpo_config(run)  # compared as GRPOConfig holds them (it normalises e.g. report_to="none" to [])
+    diff = [f"{k}: config has {getattr(config, k, None)!r}, the preset gives {getattr(want, k)!r}"
+            for k in sorted(want.to_dict()) if getattr(config, k, None) != getattr(want, k)]
     if diff:
         raise PresetError("the GRPOConfig differs from the preset (" + "; ".join(diff) + "). Fix: change the preset "
                           "(setup.prepare(..., field=value)) rather than the config, so config.json says what ran")

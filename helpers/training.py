@@ -323,7 +323,7 @@ GRPO_CONFIG_FIELDS = ("learning_rate", "weight_decay", "warmup_steps", "lr_sched
                       "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
                       "max_completion_length", "temperature", "scale_rewards", "beta", "max_steps", "logging_steps",
                       "seed")  # passed to trl.GRPOConfig under the same name
-MODEL_FIELDS = ("model_name", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
+MODEL_FIELDS = ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
                 "lora_rank", "lora_alpha", "lora_target_modules", "gradient_checkpointing")  # helpers.model's loaders
 DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked_example",
                "max_prompt_length", "eval_max_new_tokens")  # helpers.train.load_data / helpers.evaluation
