@@ -224,7 +224,75 @@ def plot_prompt_lengths(lengths: list[int], limit: int, path=None, title: str = 
     return fig
 
 
+def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, float, float]]:
+    """Score labelled completions with each (your reward, the kit's reward) pair and print where they agree.
+
+    Returns the differences as (your reward, completion label, yours, kit's); [] when they agree everywhere.
+    """
+    labels, texts = list(completions), list(completions.values())
+    golds = [answer] * len(texts)
+    differences = []
+    for mine, kits in pairs:
+        a = mine(prompts=None, completions=texts, answer=golds)
+        b = kits(prompts=None, completions=texts, answer=golds)
+        wrong = [(mine.__name__, label, x, y) for label, x, y in zip(labels, a, b) if abs(x - y) > 1e-9]
+        differences += wrong
+        verdict = "agrees on all" if not wrong else f"DIFFERS on {len(wrong)} of"
+        print(f"{mine.__name__:<26} vs {kits.__name__:<22} {verdict} {len(texts)} completions")
+    for name, label, x, y in differences:
+        print(f"  {name} on {label!r}: yours {x:g}, the kit's {y:g}")
+    return differences
+
+
 # ------------------------------------------------------------------------------------------- 05 train
+
+
+REWARD_FILE = "my_rewards.py"  # in RUN_DIR: 04 writes the student's rewards there, 05 trains with them
+REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.course.save_rewards). 05 trains with '
+                 'them."""\nimport math\nimport re\n\nfrom helpers.rewards import answer_of, answers_match, '
+                 'completion_text, parse_number\n\n')
+
+
+def save_rewards(funcs, run_dir) -> Path | None:
+    """Write the source of the reward functions defined in a notebook to RUN_DIR/my_rewards.py, so 05 can train
+    with them. A name that is not defined yet (a skipped exercise) is reported and left out, never an error."""
+    import inspect
+
+    sources = []
+    for fn in funcs:
+        if not callable(fn):
+            print(f"[grpo-kit] not saved: {fn!r} is not a function (answer the exercise first)")
+            continue
+        try:
+            sources.append(inspect.getsource(fn).strip("\n"))
+        except (OSError, TypeError) as err:
+            print(f"[grpo-kit] cannot read the source of {getattr(fn, '__name__', fn)!r} ({err}); not saved")
+    if not sources:
+        return None
+    path = Path(run_dir) / REWARD_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
+    print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training")
+    return path
+
+
+def load_rewards(run_dir) -> list:
+    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with a note when there are none)."""
+    import importlib.util
+
+    path = Path(run_dir) / REWARD_FILE
+    if not path.is_file():
+        print(f"[grpo-kit] no {REWARD_FILE} in {run_dir}: training with the kit's rewards only (04's last exercise "
+              "saves your own reward there)")
+        return []
+    spec = importlib.util.spec_from_file_location("my_rewards", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    funcs = [v for k, v in vars(module).items() if k.endswith("_reward") and callable(v)
+             and getattr(v, "__module__", None) == "my_rewards"]
+    print(f"[grpo-kit] your rewards from {path}: {', '.join(f.__name__ for f in funcs) or 'none'}")
+    return funcs
+
 
 
 class RssSampler:

@@ -132,14 +132,26 @@ def format_table(rows: list[dict], width: int = 48) -> str:
     return "\n".join(lines)
 
 
-# One group for the worked example in 04_rewards: four completions of "3 bags with 4 apples each" (gold 12),
-# scored by the kit's five rewards (perfect 4.0, right but untagged 0.0 ... see helpers.reward_lab).
-EXAMPLE_GROUP = {
-    "<reasoning>3 * 4 = 12</reasoning><answer>12</answer> (right, formatted)": 4.0,
-    "3 * 4 = 12. The answer is 12. (right, no tags)": 0.0,
-    "<reasoning>3 + 4 = 7</reasoning><answer>7</answer> (wrong, formatted)": 2.0,
-    "I think it is 7. (wrong, no tags)": 0.0,
+# One group for the worked example in 04_rewards: four completions of "3 bags with 4 apples each" (gold 12).
+EXAMPLE_GOLD = "12"
+EXAMPLE_COMPLETIONS = {
+    "right, formatted": "<reasoning>3 * 4 = 12</reasoning><answer>12</answer>",
+    "right, no tags": "3 * 4 = 12. The answer is 12.",
+    "wrong, formatted": "<reasoning>3 + 4 = 7</reasoning><answer>7</answer>",
+    "wrong, no tags": "I think it is 7.",
 }
+
+
+def example_group() -> dict[str, float]:
+    """{'<completion> (<label>)': total reward} for EXAMPLE_COMPLETIONS, scored by the kit's five rewards (never
+    typed by hand: the one-line layouts miss the strict format, and the table must say so)."""
+    from helpers.rewards import score_completion
+
+    return {f"{text} ({label})": sum(score_completion(text, EXAMPLE_GOLD).values())
+            for label, text in EXAMPLE_COMPLETIONS.items()}
+
+
+EXAMPLE_GROUP = example_group()
 
 
 class AdvantageWidget:

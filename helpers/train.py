@@ -330,7 +330,6 @@ class Run:
     started: float = field(default_factory=time.time)
     model: object = None
     tokenizer: object = None
-    train_seconds: float | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -502,19 +501,33 @@ def build_trainer(run: Run, train_dataset):
     )
 
 
-def train(run: Run, trainer) -> None:
-    """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
+def connect(trainer) -> None:
+    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions."""
     from helpers.dashboard import TrainingDashboard
-    from helpers.oom_doctor import oom_advice
 
-    for callback in trainer.callback_handler.callbacks:  # the dashboard shows the trainer's latest completions
+    for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, TrainingDashboard) and callback.trainer is None:
             callback.trainer = trainer
-    resume_from = str(run.plan.resume_from.path) if run.plan.resume_from is not None else None
-    started = time.time()
+
+
+def resume_checkpoint(run: Run) -> str | None:
+    """The checkpoint trainer.train(resume_from_checkpoint=...) continues from (None: a fresh start)."""
+    return str(run.plan.resume_from.path) if run.plan.resume_from is not None else None
+
+
+def train(run: Run, trainer) -> None:
+    """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
+    from helpers.oom_doctor import oom_advice
+
+    connect(trainer)
     with oom_advice(run.preset, gpu=run.gpu):
-        trainer.train(resume_from_checkpoint=resume_from)
-    run.train_seconds = time.time() - started
+        trainer.train(resume_from_checkpoint=resume_checkpoint(run))
+
+
+def _train_seconds(trainer) -> float:
+    """trainer.train()'s own train_runtime (the last log entry), 0.0 when it logged none."""
+    ends = [e["train_runtime"] for e in trainer.state.log_history if "train_runtime" in e]
+    return float(ends[-1]) if ends else 0.0
 
 
 def finish(run: Run, trainer, heldout, before) -> dict:
@@ -548,7 +561,7 @@ def finish(run: Run, trainer, heldout, before) -> dict:
         "backend": preset.backend,
         "steps": trainer.state.global_step,
         "wall_seconds": round(time.time() - run.started, 1),
-        "train_seconds": round(run.train_seconds or 0.0, 1),
+        "train_seconds": round(_train_seconds(trainer), 1),
         "before": summary_of(before),
         "after": summary_of(after),
         "reward_funcs": reward_names(run.reward_funcs),

@@ -363,33 +363,103 @@ reward_lab.print_reward_rules()
     md("""
 ## Step 1: find the answer
 
-Every reward that cares about the answer reads the **last** `<answer>...</answer>` block. No block, no answer.
+A reward is an ordinary Python function. Every reward that cares about the answer reads the **last**
+`<answer>...</answer>` block; no block, no answer. Here it is, written out, and compared with the kit's tested
+version (`helpers.rewards.answer_of`) on a few tricky texts:
 """),
     code("""
+import re
+
+def answer_from(text):
+    \"\"\"The stripped content of the last <answer>...</answer> block, or None.\"\"\"
+    blocks = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
+    return blocks[-1].strip() if blocks else None
+
 for text in ["<answer>12</answer>", "<answer>7</answer> no wait <answer>12</answer>", "The answer is 12.", "<answer>12"]:
-    print(f"{text!r:50} -> {rewards.answer_of(text)!r}")
+    print(f"{text!r:50} -> mine {answer_from(text)!r:6} kit {rewards.answer_of(text)!r}")
 """),
     md("""
 ## Step 2: is it correct? (2.0 points)
 
 Numbers are compared as numbers, not strings: `1,000` = `1000`, `$18` = `18`, `72.0` = `72`. An answer with two
-numbers is wrong even if one of them is right, so hedging never pays.
+numbers is wrong even if one of them is right, so hedging never pays. That comparison is fiddly and is tested in
+the kit (`helpers.rewards.answers_match`, math-verify for expressions), so our reward uses it:
 """),
     code("""
 for pred, gold in [("12", "12"), ("1,000", "1000"), ("$18", "18"), ("72.0", "72"), ("12 apples", "12"), ("11 or 12", "12"), ("3/4", "0.75")]:
     print(f"answers_match({pred!r:12}, {gold!r:7}) -> {rewards.answers_match(pred, gold)}")
 """),
     md("""
-## Step 3: the other four rewards, each on its own
+## Step 3: write the rewards
 
-Each reward has TRL's calling contract `f(prompts, completions, **kwargs) -> list[float]`. Here each is called
-directly on the hand-written completions in `helpers.reward_lab.HAND_WRITTEN` (gold answer 12).
+TRL calls every reward function the same way: `f(prompts=..., completions=..., **columns) -> list[float]`, one
+score per completion. The dataset's other columns arrive as keyword arguments, so the gold answers come in as
+`answer=[...]` (one per completion). A completion is a string, or a list of chat messages on chat datasets:
+`helpers.rewards.completion_text` gives the text either way.
+"""),
+    code("""
+from helpers.rewards import answers_match, completion_text
+
+TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+STRICT = re.compile(r"<reasoning>\\n.*\\n</reasoning>\\n<answer>\\n.*\\n</answer>", re.DOTALL)
+SOFT = re.compile(r"<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>", re.DOTALL)
+
+
+def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs):
+    \"\"\"2.0 when the last answer block equals the gold answer as a number.\"\"\"
+    scores = []
+    for completion, gold in zip(completions, answer):
+        pred = answer_from(completion_text(completion))
+        scores.append(2.0 if pred is not None and answers_match(pred, gold) else 0.0)
+    return scores
+
+
+def my_integer_reward(prompts=None, completions=None, **kwargs):
+    \"\"\"0.5 when the answer is a plain integer: the model should not write units or words there.\"\"\"
+    answers = [answer_from(completion_text(c)) for c in completions]
+    return [0.5 if a is not None and re.fullmatch(r"-?[0-9]+", a) else 0.0 for a in answers]
+
+
+def my_strict_format_reward(prompts=None, completions=None, **kwargs):
+    \"\"\"0.5 for exactly the layout of the worked example, each tag once, each on its own line.\"\"\"
+    texts = [completion_text(c).strip() for c in completions]
+    return [0.5 if all(t.count(tag) == 1 for tag in TAGS) and STRICT.fullmatch(t) else 0.0 for t in texts]
+
+
+def my_soft_format_reward(prompts=None, completions=None, **kwargs):
+    \"\"\"0.5 when a reasoning block is followed by an answer block, whatever the layout.\"\"\"
+    return [0.5 if SOFT.search(completion_text(c)) else 0.0 for c in completions]
+
+
+def my_tag_count_reward(prompts=None, completions=None, **kwargs):
+    \"\"\"0.125 per tag that appears exactly once, minus 0.001 per character after the last </answer> (at most 0.5).\"\"\"
+    scores = []
+    for text in map(completion_text, completions):
+        score = sum(0.125 for tag in TAGS if text.count(tag) == 1)
+        if "</answer>" in text:
+            score -= min(0.5, 0.001 * len(text[text.rfind("</answer>") + len("</answer>"):].strip()))
+        scores.append(score)
+    return scores
+
+
+MY_REWARDS = [my_correctness_reward, my_integer_reward, my_strict_format_reward, my_soft_format_reward,
+              my_tag_count_reward]
+"""),
+    md("""
+Try them on completions written by hand (gold answer 12), then check them against the kit's rewards, which are
+the tested reference (`tests/test_rewards.py`) and what training uses unless you say otherwise:
 """),
     code("""
 labels, texts = list(reward_lab.HAND_WRITTEN), list(reward_lab.HAND_WRITTEN.values())
-for fn in rewards.DEFAULT_REWARDS:
+for fn in MY_REWARDS:
     scores = fn(prompts=None, completions=texts, answer=[reward_lab.GOLD] * len(texts))
     print(f"{fn.__name__}:  " + ", ".join(f"{label}={score:g}" for label, score in zip(labels, scores)))
+"""),
+    code("""
+from helpers import course
+
+tricky = {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}
+differences = course.compare_rewards(zip(MY_REWARDS, rewards.DEFAULT_REWARDS), tricky, answer=reward_lab.GOLD)
 """),
     md("""
 ## Step 4: all five together
@@ -542,10 +612,12 @@ ex.q2.check(my_advantages)
 
 NOTEBOOKS["05_train"] = [
     header("05_train", "05 · GRPO training within 7 GB",
-           "Now we train. The preset holds every number; `helpers.training.build_grpo_config` turns it into TRL's "
-           "`GRPOConfig` for this runtime; `helpers.train.run` loads the model, filters the data, evaluates, trains, "
-           "evaluates again and writes a run folder. You watch it live on a dashboard, and a session that dies "
-           "(a Colab disconnect) is resumed from its last checkpoint by running the training cell again.",
+           "Now we train, with the calls a GRPO project is made of: TRL's `GRPOConfig(...)` written out from the "
+           "preset, `GRPOTrainer(...)` with the rewards from 04, and `trainer.train()`. Around them, the same named "
+           "steps `python -m helpers.train` runs (`helpers.train.prepare`, `load_model`, `load_data`, "
+           "`evaluate_before`, `finish`), so the notebook and the command line cannot drift. You watch it live on a "
+           "dashboard, and a session that dies (a Colab disconnect) is resumed from its last checkpoint by running "
+           "the cells again.",
            ["Explain the settings that decide memory on a T4: vLLM reservation, 4-bit weights, LoRA rank, generations, completion length, 8-bit optimizer, fp16.",
             "Read a GRPOConfig built from a preset for this runtime.",
             "Train while watching the live dashboard: reward per function, reward spread (no spread = no gradient), completion length, memory, the latest sampled completions and plain-words warnings.",
@@ -556,7 +628,8 @@ NOTEBOOKS["05_train"] = [
 SAVE_STEPS = None             # a resumable checkpoint every N steps (None: about 5 per run, at most every 25; 0: none)
 KEEP = 2                      # how many of the latest checkpoints stay on disk
 USE_DRIVE = False             # Colab only: keep the checkpoints on Google Drive (mounts it, asks once)
-OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming / showing it"""),
+OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
+USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)"""),
     code(SETUP),
     md("""
 ## The budget and the preset
@@ -568,20 +641,84 @@ the order they matter: the vLLM reservation, completions per step (`num_generati
 optimizer, gradient checkpointing, and no reference model (`beta=0`).
 """),
     code("""
-from helpers import course
+from helpers import course, train
 from helpers.metrics import read_metrics
-from helpers.training import build_grpo_config
 
 course.print_preset(kit.preset)
 """),
     md("""
-## The GRPOConfig, and why each value
+## Step 1: prepare the run, load the model and the data
 
-Built for *this* runtime: on a T4 `fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default
-`bf16=True` would fail), on a CPU `use_cpu=True`.
+These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
+`prepare` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
+refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02; `load_data` drops prompts longer
+than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
+
+The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's last exercise.
 """),
     code("""
-config = build_grpo_config(kit.preset, kit.runtime, output_dir=str(kit.run_dir / "trainer"))
+from helpers.rewards import DEFAULT_REWARDS
+
+reward_funcs = list(DEFAULT_REWARDS) + (course.load_rewards(kit.run_dir) if USE_MY_REWARDS else [])
+ckpt_dir = course.checkpoint_dir_for(kit, use_drive=USE_DRIVE)
+options = train.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP,
+                           checkpoint_dir=ckpt_dir)
+run = train.prepare(kit.preset, options, reward_funcs)  # validates, plans RUN_DIR, writes config.json
+model, tokenizer = train.load_model(run)                # 02's from_pretrained + get_peft_model
+train_dataset, heldout = train.load_data(run)           # 03's questions, long prompts dropped
+before = train.evaluate_before(run, heldout)            # greedy accuracy before training
+"""),
+    md("""
+## Step 2: the GRPOConfig, written out
+
+Every value comes from the preset (`p`), so what you change in the setup cell (`setup.prepare(..., beta=0.04)`) is
+what trains, and `config.json` in the run folder says so. Precision is decided by the card: on a T4
+`fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default `bf16=True` would fail), on a CPU
+`use_cpu=True`. The last line checks that this config is the one `python -m helpers.train` would build.
+"""),
+    code("""
+from trl import GRPOConfig
+
+p = kit.preset
+on_gpu = p.backend == "unsloth"                  # Unsloth + vLLM on a GPU; transformers + peft on a CPU
+bf16_ok = on_gpu and kit.runtime.bf16_supported  # Ampere or newer
+config = GRPOConfig(
+    output_dir=str(run.plan.checkpoint_dir),     # checkpoint-N/ folders go here
+    # --- the group GRPO compares
+    num_generations=p.num_generations,           # completions sampled per prompt
+    per_device_train_batch_size=p.per_device_train_batch_size,  # completions (not prompts) per step
+    gradient_accumulation_steps=p.gradient_accumulation_steps,  # batches per optimizer step
+    max_completion_length=p.max_completion_length,  # tokens per completion: caps time and the logits tensor
+    temperature=p.temperature,                   # sampling must vary, or a group ties and teaches nothing
+    scale_rewards=p.scale_rewards,               # "group": advantage = (reward - group mean) / group std
+    beta=p.beta,                                 # weight of the KL penalty; 0.0 = no reference model in memory
+    # --- the optimizer
+    learning_rate=p.learning_rate,               # LoRA on the tiny CPU model tolerates 5e-4; the 1.5B uses 5e-6
+    weight_decay=p.weight_decay,
+    warmup_steps=p.warmup_steps,
+    lr_scheduler_type=p.lr_scheduler_type,
+    max_grad_norm=p.max_grad_norm,               # clip the update: RL gradients are noisy
+    optim=p.optim,                               # adamw_8bit on a GPU keeps the optimizer state small
+    max_steps=p.max_steps,
+    seed=p.seed,
+    # --- precision and device
+    bf16=bf16_ok,                                # a T4 (compute capability 7.5) has no bf16 ...
+    fp16=on_gpu and not bf16_ok,                 # ... so it trains in fp16
+    use_cpu=not on_gpu,
+    # --- generation and memory
+    use_vllm=on_gpu and p.fast_inference,        # GPU: the vLLM engine Unsloth attached (weights shared)
+    gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
+    # --- logging and checkpoints
+    logging_steps=p.logging_steps,
+    save_strategy="steps" if run.save_steps else "no",
+    save_steps=run.save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
+    save_only_model=False,                       # keep optimizer and scheduler state: resumable
+    report_to="none",
+    log_completions=False,
+    disable_tqdm=False,
+    dataloader_num_workers=0,
+)
+train.check_config(run, config)  # raises, naming the field, if this differs from the preset's config
 why = course.describe_config(kit, config)
 """),
     md("""
@@ -614,10 +751,33 @@ memory model (`helpers.memory.estimate`), find the **largest `num_generations`**
 predicted to fit a **7 GB** budget on a T4. Put it in `answer`.
 """),
     md("""
-## Train, watch, resume
+## Step 3: the trainer
 
-`helpers.train.run` does the whole job (on CPU it first patches TRL's Triton-only log-prob kernel,
-`helpers.cpu_compat`). While it trains, the cell shows a **live dashboard** that redraws in place at every step
+`GRPOTrainer` takes the model, the tokenizer, the reward functions, the config and the dataset. For every prompt
+it samples `num_generations` completions, calls every reward function on them (each gets the dataset's other
+columns, here `answer`, as keyword arguments), sums the rewards, turns them into group-relative advantages (04)
+and takes a policy-gradient step. The kit's extras are ordinary TRL callbacks (`helpers.train.kit_callbacks`):
+the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
+"""),
+    code("""
+from trl import GRPOTrainer
+
+train.patch_for_backend(run)  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
+trainer = GRPOTrainer(
+    model=model,                         # the LoRA model: only the adapter trains
+    processing_class=tokenizer,          # tokenizes prompts, decodes completions
+    reward_funcs=reward_funcs,           # f(prompts, completions, answer=..., **kw) -> list[float], summed
+    args=config,
+    train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
+    callbacks=train.kit_callbacks(run),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
+)
+print("reward functions:", [f.__name__ for f in reward_funcs])
+print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
+"""),
+    md("""
+## Step 4: train, watch, resume
+
+`trainer.train()` runs the steps. While it trains, the cell shows a **live dashboard** that redraws in place at every step
 (`helpers.dashboard`): reward per function, spread, zero-spread groups, completion length and clipping, KL (when
 `beta > 0`), memory, the latest sampled completions with their rewards, and a warning in plain words when
 something goes wrong (no learning signal, answers cut off at the length cap, a collapsing reward).
@@ -625,13 +785,20 @@ something goes wrong (no learning signal, answers cut off at the length cap, a c
 **Checkpoints.** Every `SAVE_STEPS` steps the adapter, optimizer, scheduler and random state are saved; the last
 `KEEP` stay. If the session dies, **run this cell again with the same `RUN_DIR`**: the run resumes from its last
 complete checkpoint (a half-written one is set aside, never loaded). On Colab a disconnect wipes the disk, so set
-`USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is shown,
-not retrained; `OVERWRITE = True` replaces it (and says what it replaces).
+`USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is never
+retrained silently: `prepare` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which says what it
+replaces).
+
+After training, `helpers.train.finish` saves the adapter, evaluates the same held-out questions again, and writes
+the plots and `summary.json`.
 """),
     code("""
-ckpt_dir = course.checkpoint_dir_for(kit, use_drive=USE_DRIVE)
-with course.RssSampler(interval=1.0) as rss:
-    summary = course.train_run(kit, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP, checkpoint_dir=ckpt_dir)
+from helpers.oom_doctor import oom_advice
+
+train.connect(trainer)  # the dashboard shows the trainer's latest sampled completions
+with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=run.gpu):  # an OOM prints the cheapest fixes
+    trainer.train(resume_from_checkpoint=train.resume_checkpoint(run))  # None: a fresh start
+summary = train.finish(run, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
 print(summary)
 """),
     code("""
@@ -682,7 +849,7 @@ dashboard's own warning functions.
 """, setup="""
 fig = ex.q2.plot()  # runs A-D
 """),
-    recap(["The preset is the recipe; `build_grpo_config` adapts it to the runtime (fp16 on a T4, `use_cpu` on CPU).",
+    recap(["The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.",
            "Memory on a T4 is decided by vLLM's reservation, completions per step and completion length more than by the weights.",
            "Watch the dashboard: groups with zero spread teach nothing; answers at the cap score low; a falling reward means hacking or a too-high learning rate.",
            "Checkpoints make a disconnect cheap: run the same cell with the same RUN_DIR and it resumes."],
