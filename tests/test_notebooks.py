@@ -131,12 +131,73 @@ def test_05_offers_the_dashboard_checkpoints_and_resume():
 def test_06_evaluates_exports_and_shares():
     nb = _read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "save_final_adapter(",
+    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "course.empty_folder(",
                  "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "course.push_to_hub("):
         assert call in code, f"06 should call {call}"
     assert "Export (coming in a later lesson)" not in _markdown(nb)
     assert "HF_TOKEN" in _markdown(nb)
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", code + _markdown(nb)), "never a token in a notebook"
+
+
+def _code(name: str) -> str:
+    return "\n".join(c.source for c in _read(NOTEBOOK_DIR / f"{name}.ipynb").cells if c.cell_type == "code")
+
+
+def _keywords(code: str, call: str) -> set[str]:
+    """The keyword names passed to every call of `call` (e.g. 'GRPOConfig' or 'FastLanguageModel.from_pretrained')."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == call:
+            found |= {k.arg for k in node.keywords if k.arg}
+    return found
+
+
+# The calls a student's own GRPO project is made of, in the code cells of the lesson that teaches each.
+REAL_API = {
+    "02_load_model": ("FastLanguageModel.from_pretrained(", "FastLanguageModel.get_peft_model(", "get_peft_model(model, LoraConfig(",
+                      "AutoModelForCausalLM.from_pretrained("),
+    "04_rewards": ("def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs)", "answers_match(",
+                   "def my_strict_format_reward(", "course.compare_rewards(", "course.save_rewards(["),
+    "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "train.kit_callbacks(run)",
+                 "course.load_rewards(", "train.prepare(", "train.finish("),
+    "06_evaluate_and_save": ("model.fast_generate(", "lora_request=model.load_lora(", "model.save_lora(",
+                             "model.save_pretrained(", "sharing.export_merged(", "course.push_to_hub("),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_API))
+def test_the_real_api_is_written_in_code_cells(name):
+    code = _code(name)
+    missing = [call for call in REAL_API[name] if call not in code]
+    assert not missing, f"{name} should show {missing} in a code cell"
+    assert "course.train_run(" not in _code("05_train"), "05 trains through the written-out calls, not one helper"
+
+
+def test_02_passes_the_keywords_the_pinned_unsloth_accepts():
+    """The keyword names 02 writes out are the ones helpers.model passes (contract-tested against unsloth 2026.10.9)."""
+    from helpers.model import peft_lora_kwargs, unsloth_load_kwargs, unsloth_peft_kwargs
+    from helpers.training import get_preset
+
+    t4, code = get_preset("t4"), _code("02_load_model")
+    assert _keywords(code, "FastLanguageModel.from_pretrained") == set(unsloth_load_kwargs(t4))
+    assert _keywords(code, "FastLanguageModel.get_peft_model") == set(unsloth_peft_kwargs(t4))
+    assert _keywords(code, "LoraConfig") == set(peft_lora_kwargs(t4))
+
+
+def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
+    from helpers import runtime as rt
+    from helpers.training import get_preset, grpo_config_kwargs
+
+    code = _code("05_train")
+    written = _keywords(code, "GRPOConfig")
+    for preset, runtime in (("cpu", rt.fake_runtime("cpu")), ("t4", rt.fake_runtime("t4", on_colab=True))):
+        kit_keys = set(grpo_config_kwargs(get_preset(preset), runtime, save_steps=5))
+        assert kit_keys <= written, f"05's GRPOConfig(...) leaves out {kit_keys - written} ({preset})"
+    assert _keywords(code, "GRPOTrainer") == {"model", "processing_class", "reward_funcs", "args", "train_dataset",
+                                              "callbacks"}
+    assert "train.check_config(run, config)" in code  # the written-out config cannot drift from the preset
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -237,14 +298,21 @@ def test_04_rewards_runs(out_dir, shared_run_dir):
     assert "'total': 4.0" in text  # the playground's score dict
     assert "NAIVE rewards" in text and "repeated tags" in text
     assert "best hack under the kit's rewards" in text
+    assert text.count("agrees on all") == 5 and "DIFFERS" not in text  # the rewards written in cells = the kit's
+    assert "saved 1 reward function(s)" in text and (shared_run_dir / "my_rewards.py").is_file()
 
 
 @pytest.mark.slow
 def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
+    if not (shared_run_dir / "my_rewards.py").is_file():  # run alone (-k): 04 saves the student's reward first
+        _execute("04_rewards", out_dir, RUN_DIR=str(shared_run_dir))
     nb = _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
     rows = [json.loads(line) for line in (shared_run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == TINY["MAX_STEPS"]
     assert "reward" in rows[0] and "reward_std" in rows[0]
+    # the reward the student wrote in 04's exercise trained in 05: TRL logged it at every step
+    assert all("rewards/brevity_reward/mean" in row for row in rows), sorted(rows[0])
+    assert "brevity_reward" in json.loads((shared_run_dir / "config.json").read_text())["reward_funcs"]
     for name in ("reward_curve.png", "training_curves.png", "summary.json", "samples.jsonl",
                  "adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         assert (shared_run_dir / name).is_file(), f"05 must write {name}"
