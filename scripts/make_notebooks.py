@@ -151,8 +151,10 @@ course.print_preset(kit.preset)
 def precision_for(compute_capability):
     return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
 """, """
-print("T4:", precision_for((7, 5)), "| A100:", precision_for((8, 0)))
-ex.q1.check(precision_for)
+result = ex.q1.check(precision_for)
+if result.passed:
+    print("T4:", precision_for((7, 5)), "| A100:", precision_for((8, 0)))
+result
 """, intro="""
 **Exercise 1.1.** The guard above refused bf16 on a T4. Write `precision_for(compute_capability)` that returns
 `"bf16"` or `"fp16"` for a GPU's compute capability given as `(major, minor)`, e.g. `(7, 5)` for a T4.
@@ -276,8 +278,10 @@ def trainable_fraction(model):
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return trainable / total if total else 0.0
 """, """
-print(f"this model trains {trainable_fraction(model):.3%} of its parameters")
-ex.q1.check(trainable_fraction)
+result = ex.q1.check(trainable_fraction)
+if result.passed:
+    print(f"this model trains {trainable_fraction(model):.3%} of its parameters")
+result
 """, intro="""
 **Exercise 2.1.** `print_trainable_parameters()` above reported how much of the model LoRA trains. Write
 `trainable_fraction(model)` that computes it yourself: trainable parameters divided by all parameters (0..1).
@@ -370,8 +374,10 @@ print(f"prompt tokens with the worked example: {with_example}, without: {without
 def gold_number(answer_text):
     return answer_text.split("####")[-1].strip().replace(",", "").replace("$", "")
 """, """
-print(gold_number("She pays 500 + 500 = 1,000.\\n#### 1,000"))
-ex.q1.check(gold_number)
+result = ex.q1.check(gold_number)
+if result.passed:
+    print(gold_number("She pays 500 + 500 = 1,000.\\n#### 1,000"))
+result
 """, intro="""
 **Exercise 3.1.** GSM8K's answers end with `#### <number>`, sometimes written `1,000` or `$18`. Write
 `gold_number(answer_text)` that returns the number as a plain string (`"1000"`, `"18"`), as the rewards need it.
@@ -627,7 +633,7 @@ from helpers.rewards import completion_text
 def brevity_reward(prompts=None, completions=None, **kwargs):
     return [0.5 if len(completion_text(c).split()) <= 100 else 0.0 for c in completions]
 """, """
-result = ex.q1.check(globals().get("brevity_reward"))
+result = ex.q1.check(brevity_reward)
 print(result)
 if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewards.py to the kit's five
     reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
@@ -650,8 +656,10 @@ def my_advantages(rewards):
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
     return [(r - mean) / (std + 1e-4) for r in rewards]
 """, """
-print([round(a, 3) for a in my_advantages([4.0, 0.0, 2.0, 0.0])])
-ex.q2.check(my_advantages)
+result = ex.q2.check(my_advantages)
+if result.passed:
+    print([round(a, 3) for a in my_advantages([4.0, 0.0, 2.0, 0.0])])
+result
 """, intro="""
 **Exercise 4.2.** Without `helpers.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
 """),
@@ -786,22 +794,24 @@ cheapest changes that would fit (`helpers.oom_doctor`).
     code("""
 course.plot_predicted_memory(kit);
 """),
-    *exercises_intro("nb05", "The second exercise comes after training."),
-    *exercise("5.1", "find the largest num_generations that fits 7 GB with max_completion_length=512 (helpers.memory.estimate)",
+    *exercises_intro("nb05", "The second exercise comes after training; training never waits for an answer."),
+    *exercise("5.1", "write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread",
               """
-from helpers.memory import estimate
-
-answer = max(g for g in range(2, 33)
-             if estimate("t4", gpu="t4", budget_gb=7.0, num_generations=g,
-                         per_device_train_batch_size=g, max_completion_length=512).fits)
+def zero_spread_chance(p, group_size):
+    return p ** group_size + (1 - p) ** group_size
 """, """
-print("largest num_generations that fits:", answer)
-ex.q1.check(answer)
+result = ex.q1.check(zero_spread_chance)
+if result.passed:
+    G = kit.preset.num_generations
+    for p_right in (0.05, 0.2, 0.5, 0.9):
+        print(f"right with p={p_right}: {zero_spread_chance(p_right, G):.1%} of groups of {G} have no spread")
+result
 """, intro="""
-**Exercise 5.1.** More completions per prompt give GRPO a better learning signal, and cost memory. Using the
-memory model (`helpers.memory.estimate`), find the **largest `num_generations`** (one prompt per step, so
-`per_device_train_batch_size = num_generations`) for which the **t4 preset** with `max_completion_length=512` is
-predicted to fit a **7 GB** budget on a T4. Put it in `answer`.
+**Exercise 5.1.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
+the model answers a question right with probability `p`, independently for each of the `G` completions of its
+group. Write `zero_spread_chance(p, group_size)`: the chance that the group has **zero spread** (all right or all
+wrong), so its advantages are all 0 and it teaches nothing. The check then prints it for this preset's
+`num_generations`; compare with `frac_reward_zero_std` in the training logs below.
 """),
     md("""
 ## Step 3: the trainer
@@ -891,13 +901,14 @@ for name in course.run_files(kit.run_dir):
 """),
     *exercise("5.2", "diagnose runs A-D: 'healthy', 'no learning signal', 'length cap' or 'reward collapse'",
               """
-answer = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
+diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
 """, """
-ex.q2.check(answer)
+ex.q2.check(diagnoses)
 """, intro="""
 **Exercise 5.2.** Four made-up runs, drawn below: the reward (black), the share of groups with zero spread (red,
 right axis) and the share of completions cut off at the length cap (orange, right axis). For each run, say what
-happened: `"healthy"`, `"no learning signal"`, `"length cap"` or `"reward collapse"`. The checker asks the
+happened: `"healthy"`, `"no learning signal"`, `"length cap"` or `"reward collapse"`, in a dict `diagnoses`
+(e.g. `{"A": "healthy", ...}`). The checker asks the
 dashboard's own warning functions.
 """, setup="""
 fig = ex.q2.plot()  # runs A-D
@@ -947,8 +958,10 @@ import math
 def my_pass_at_k(n, c, k):
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 """, """
-print("n=4, c=1: pass@1 =", my_pass_at_k(4, 1, 1), " pass@2 =", my_pass_at_k(4, 1, 2))
-ex.q1.check(my_pass_at_k)
+result = ex.q1.check(my_pass_at_k)
+if result.passed:
+    print("n=4, c=1: pass@1 =", my_pass_at_k(4, 1, 1), " pass@2 =", my_pass_at_k(4, 1, 2))
+result
 """, intro="""
 **Exercise 6.1.** Write `my_pass_at_k(n, c, k)`: with `n` samples of which `c` are correct, the chance that at
 least one of `k` samples drawn without replacement is correct.
@@ -1086,16 +1099,17 @@ LAB_EXERCISE = [
     *exercises_intro("nb07"),
     *exercise("7.1", "find the largest max_completion_length (a multiple of 64) that fits 7 GB with 8 generations",
               """
-answer = max(L for L in range(64, 4097, 64)
-             if estimate(t4, gpu="t4", budget_gb=7.0, num_generations=8, per_device_train_batch_size=8,
-                         max_completion_length=L).fits)
+largest_completion_length = max(
+    L for L in range(64, 4097, 64)
+    if estimate(t4, gpu="t4", budget_gb=7.0, num_generations=8, per_device_train_batch_size=8,
+                max_completion_length=L).fits)
 """, """
-print("largest max_completion_length that fits:", answer)
-ex.q1.check(answer)
+print("largest max_completion_length that fits:", largest_completion_length)
+ex.q1.check(largest_completion_length)
 """, intro="""
 **Exercise 7.1.** With 8 generations per prompt (batch 8) on the t4 preset, find the **largest
 `max_completion_length`** (a multiple of 64) that the memory model predicts to fit the 7 GB budget. Put it in
-`answer`.
+`largest_completion_length`.
 """),
 ]
 
