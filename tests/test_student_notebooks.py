@@ -66,6 +66,47 @@ def test_student_copy_has_no_solutions(path):
     assert n >= 1, "every notebook has at least one exercise"
 
 
+def _builder():
+    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "scripts" / "make_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_notebooks_are_what_the_lessons_build():
+    """CI's --check: a notebook edited by hand, or a lesson edited without rebuilding, fails here."""
+    assert _builder().main(["--check"]) == 0, "run `.venv/bin/python scripts/make_notebooks.py` and commit"
+
+
+def test_check_mode_names_a_stale_notebook(tmp_path, capsys):
+    import shutil
+
+    builder = _builder()
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    edited = tmp_path / "notebooks" / "student" / "05_train.ipynb"
+    edited.write_text(edited.read_text().replace("GRPOTrainer(", "GRPOTrainer ("))
+    builder.REPO = tmp_path  # the lessons stay the kit's
+    assert builder.main(["--check"]) == 1
+    err = capsys.readouterr().err
+    assert "stale notebooks (not what lessons/ builds): notebooks/student/05_train.ipynb\n" in err and "Fix:" in err
+
+
+def test_every_notebook_says_which_lesson_it_comes_from():
+    for path in [*INSTRUCTOR, *sorted(STUDENT_DIR.glob("*.ipynb"))]:
+        header = nbformat.read(path, as_version=4).cells[0].source
+        assert f"Generated from `lessons/{path.stem}.py`" in header and "edit the lesson there" in header
+        assert (ROOT / "lessons" / f"{path.stem}.py").is_file()
+
+
+def test_lessons_take_numbers_from_the_presets():
+    from helpers.training import PRESETS
+
+    params = next(c for c in nbformat.read(ROOT / "notebooks" / "05_train.ipynb", as_version=4).cells
+                  if "parameters" in c.metadata.get("tags", [])).source
+    assert f"cpu preset: {PRESETS['cpu'].max_steps}, t4 preset: {PRESETS['t4'].max_steps}" in params
+    assert "{{" not in "".join(p.read_text() for p in INSTRUCTOR)
+
+
 def test_generator_refuses_a_malformed_solution_cell():
     gen = _generator()
     with pytest.raises(gen.StudentNotebookError, match="# SOLUTION"):
