@@ -221,3 +221,54 @@ class AdvantageWidget:
 def advantage_widget(group: dict | None = None, scale: str = "group") -> AdvantageWidget:
     """The 04_rewards playground for advantages (see AdvantageWidget)."""
     return AdvantageWidget(group, scale)
+
+
+# ------------------------------------------------------------------------------------------- the policy update
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_type: str = "dapo",
+                epsilon: float = 0.2, epsilon_high: float | None = None, beta: float = 0.0, ref_per_token_logps=None,
+                max_completion_length: int | None = None) -> dict:
+    """TRL 1.15's GRPO loss for one generation batch (token-level ratios, one process, no vLLM correction), step by
+    step, as torch tensors of shape (completions, tokens):
+
+        ratio     = exp(logp - logp_old)                       how much likelier each sampled token became
+        clipped   = clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+        per token = -min(ratio * A, clipped * A) + beta * KL   the clipped surrogate (PPO's), A = the advantage
+        KL        = exp(ref - logp) - (ref - logp) - 1          per-token KL estimate to the reference model (k3)
+        loss      = the per-token losses averaged as loss_type says:
+                    grpo: per completion, then over completions; bnpo / dapo: over all tokens of the batch;
+                    dr_grpo: summed, divided by completions x max_completion_length (no length bias)
+
+    tests/test_grpo_math.py checks every loss type against GRPOTrainer._compute_loss itself.
+    """
+    import torch
+
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type={loss_type!r}: this lesson covers {LOSS_TYPES}")
+    logps, old, mask = (torch.as_tensor(x, dtype=torch.float32) for x in (per_token_logps, old_per_token_logps, mask))
+    adv = torch.as_tensor(advantages, dtype=torch.float32)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
+    high = epsilon if epsilon_high is None else epsilon_high
+    ratio = torch.exp(logps - old)
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+    kl = None
+    if beta != 0.0:
+        if ref_per_token_logps is None:
+            raise ValueError("beta > 0 needs ref_per_token_logps (the reference model's log-probabilities)")
+        ref = torch.as_tensor(ref_per_token_logps, dtype=torch.float32)
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        per_token = per_token + beta * kl
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type in ("bnpo", "dapo"):
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    else:
+        if max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' divides by max_completion_length: pass it")
+        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
+    return {"ratio": ratio, "clipped_ratio": clipped, "per_token_kl": kl, "per_token_loss": per_token, "loss": loss,
+            "clipped": ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + high) & (adv > 0))}
