@@ -270,6 +270,74 @@ for name in course.run_files(kit.run_dir):
     print("  ", name)
 
 # %% [markdown]
+# ## The policy update, with numbers from this run
+#
+# What did one of those steps do? Here is one step by hand, on one group of this run's model (CPU path), with the
+# loss written out in `helpers.grpo_math.policy_loss` and checked against TRL's own `GRPOTrainer._compute_loss`:
+#
+# 1. sample `num_generations` completions of one question, score them, and turn the rewards into advantages (04);
+# 2. the **log-probability** of every sampled token under the policy that sampled it: `logp_old`;
+# 3. one gradient step on the loss; then the new log-probabilities `logp`, and the **ratio** `exp(logp - logp_old)`
+#    per token: above 1, the token became likelier;
+# 4. the **clipped surrogate** `-min(ratio x A, clip(ratio, 1 - epsilon, 1 + epsilon) x A)`: once a token moved
+#    more than `epsilon` (TRL's default 0.2) in the direction its advantage wants, it stops pulling (PPO's trust
+#    region, kept by GRPO; GRPO drops PPO's value model and uses the group as the baseline instead);
+# 5. the **KL term** `beta x (exp(ref - logp) - (ref - logp) - 1)` against the reference model (here: the same
+#    model with the LoRA adapter switched off). With `beta = 0` (TRL's default, and this preset's) there is no
+#    reference model in memory and nothing holds the policy near it; the cell shows what `beta = 0.04` would add.
+# 6. the **loss type** decides how per-token losses are averaged: `grpo` per completion then over completions
+#    (short completions weigh more per token), `bnpo`/`dapo` over all tokens of the batch (TRL's default `dapo`),
+#    `dr_grpo` divided by a constant (completions x `max_completion_length`). `scale_rewards` (04) decided A.
+
+# %%
+import torch
+
+from helpers import grpo_math
+from helpers.model import generate
+
+if kit.on_gpu:
+    print("This cell runs on the CPU path (peft model, plain TRL trainer); on a GPU, read it, or rerun 05 with PRESET = \"cpu\".")
+else:
+    row = train_dataset[0]
+    group = generate(model, tokenizer, [row["prompt"]] * kit.preset.num_generations, kit.preset, greedy=False)
+    rewards_of = [sum(f(prompts=[row["prompt"]], completions=[c], answer=[row["answer"]])[0] for f in reward_funcs)
+                  for c in group]
+    advantages = torch.tensor(grpo_math.group_advantages(rewards_of), dtype=torch.float32)
+    batch = grpo_math.group_batch(tokenizer, row["prompt"], group)
+    mask = batch["completion_mask"]
+    model.eval()
+    with torch.no_grad():
+        logp_old = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+        with model.disable_adapter():  # the reference model: the base weights without the LoRA adapter
+            logp_ref = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+    epsilon, loss_type = config.epsilon, config.loss_type
+    step = grpo_math.policy_loss(grpo_math.completion_logps(model, batch, temperature=config.temperature), logp_old,
+                                 advantages, mask, loss_type=loss_type, epsilon=epsilon)
+    step["loss"].backward()  # at the first look the ratio is 1 everywhere: the gradient is the advantage's push
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= 20 * config.learning_rate * p.grad  # a deliberately large step, so the ratios move visibly
+                p.grad = None
+        logp_new = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+    after = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon,
+                                  beta=0.04, ref_per_token_logps=logp_ref)
+    print(f"{'completion':<42} {'reward':>6} {'adv':>6} {'ratio':>6} {'clipped':>7} {'KL':>7}")
+    for i, text in enumerate(group):
+        m = mask[i].bool()
+        cells = [float(after["ratio"][i][m].mean()), float(after["clipped"][i][m].float().mean()),
+                 float(after["per_token_kl"][i][m].mean())] if m.any() else [float("nan")] * 3
+        print(f"{text.strip().replace(chr(10), ' ')[:40]:<42} {rewards_of[i]:>6.2f} {float(advantages[i]):>+6.2f} "
+              f"{cells[0]:>6.3f} {cells[1]:>7.0%} {cells[2]:>7.4f}")
+    ours = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon)["loss"]
+    with torch.no_grad():
+        theirs = trainer._compute_loss(model, {**batch, "advantages": advantages, "old_per_token_logps": logp_old,
+                                               "num_items_in_batch": mask.sum()})
+    print(f"\nloss ({loss_type}) after the step: ours {float(ours):+.6f}, TRL's _compute_loss {float(theirs):+.6f}")
+    print(f"with beta=0.04 the KL term would add {float(after['loss'] - ours):+.6f}")
+    assert abs(float(ours) - float(theirs)) < 1e-4, "grpo_math.policy_loss should equal TRL's loss"
+
+# %% [markdown]
 # **Exercise 5.2.** Four made-up runs, drawn below: the reward (black), the share of groups with zero spread (red,
 # right axis) and the share of completions cut off at the length cap (orange, right axis). For each run, say what
 # happened: `"healthy"`, `"no learning signal"`, `"length cap"` or `"reward collapse"`, in a dict `diagnoses`

@@ -203,6 +203,19 @@ else:
 url = course.push_to_hub(merged, HUB_REPO)
 
 # %% [markdown]
+# ## Capstone: your own `train_grpo.py`
+#
+# You have now seen every call a GRPO project is made of: the dataset (03), the model and its LoRA adapter (02), the
+# rewards (04), `GRPOConfig`, `GRPOTrainer` and `trainer.train()` (05), generation with the adapter and
+# `save_pretrained` / `save_lora` (06). Write them yourself in one script of about 40 lines, without
+# `helpers.train`: the task and its contract are in `capstone/README.md`. Check it with 2 GRPO steps on the CPU
+# model:
+#
+# ```bash
+# .venv/bin/python -m helpers.capstone train_grpo.py
+# ```
+
+# %% [markdown]
 # ## Recap
 #
 # - Evaluate on held-out questions before and after, with the same scorer as training: greedy accuracy, and sampled pass@k.
