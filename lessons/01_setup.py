@@ -1,12 +1,14 @@
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/01_setup.ipynb)
 #
-# # 01 · Setup and runtime check
+# # 01 · What GRPO is, and the setup
 #
-# Before any model is loaded we find out what machine this is and whether it can run the course. Every later notebook starts with the same setup cell, so what you learn here applies everywhere.
+# This course teaches a language model to reason through a math word problem with reinforcement learning: GRPO, the algorithm behind DeepSeek-R1. This first notebook says what RL for reasoning is, what GRPO changes from PPO and what we will build; then it checks the machine: every later notebook starts with the same setup cell, so what you learn here applies everywhere.
 #
 # ## Learning objectives
 #
+# - Say what RL with verifiable rewards does, and what GRPO changes from PPO: no value model, group-relative advantages.
+# - Know the DeepSeek-R1 recipe this course scales down, and the course's own recipe (from the presets).
 # - Know the three places the kit runs: Colab (installs the pinned stack), a local GPU, a CPU (embedded model).
 # - Read the runtime report: GPU, compute capability, free memory, precision, backend.
 # - See the guards that stop a run *before* it fails: no GPU on Colab, bf16 on a T4, too little free memory.
@@ -42,6 +44,47 @@ setup.install_if_colab(ROOT)
 kit = setup.prepare(PRESET, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE, num_generations=NUM_GENERATIONS,
                     per_device_train_batch_size=BATCH_SIZE, max_completion_length=MAX_COMPLETION_LENGTH,
                     eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %% [markdown]
+# ## RL for reasoning, in one page
+#
+# **The setting.** A model reads a question and writes an answer. A program checks the answer: the number after
+# `<answer>` equals the known one, the answer follows the requested format. That check is the **reward**, and it is
+# *verifiable*: no human grades the reasoning and no learned reward model can be fooled, only the final answer is
+# checked. Reinforcement learning then makes the answers that scored well more likely. Nobody shows the model how
+# to reason; it is only told, after the fact, whether it got there.
+#
+# **PPO**, the algorithm of RLHF, samples one answer per question and needs a *baseline* to tell a good answer from
+# a lucky one: a **value model** (a second network about as large as the policy) learns to predict the expected
+# reward, and the advantage of an answer is its reward minus that prediction. Policy, value model, reward model and
+# a frozen reference model: four networks in memory.
+#
+# **GRPO** (Group Relative Policy Optimization, from DeepSeekMath, 2024) drops the value model. It samples a
+# **group** of answers to the same question and uses the group itself as the baseline: an answer's advantage is
+# its reward minus the group's mean, divided by the group's standard deviation. Better than its siblings: pushed
+# up; worse: pushed down; all equal: nothing to learn. It keeps PPO's clipped probability ratio (a step cannot move
+# a token's probability too far) and, optionally, a KL penalty that holds the policy near a reference model
+# (`beta`; TRL's default is 0, no reference model at all). With a rule-based reward, GRPO needs one trainable
+# network.
+#
+# **DeepSeek-R1** (2025) made the recipe famous. R1-Zero ran GRPO directly on a base model with two rule-based
+# rewards, answer accuracy and a format that puts the thinking between tags, and the model's reasoning grew longer
+# and started to check itself without being shown how. R1 itself added a small supervised "cold start", then the
+# same reasoning RL, then more supervised data sampled from the RL model and a final RL stage.
+#
+# **What we build** is that loop at the size of a free GPU: a small instruct model, grade-school math questions, the
+# `<reasoning>...</reasoning><answer>...</answer>` format, five verifiable rewards, GRPO with LoRA. 02 loads the
+# model, 03 the data, 04 writes the rewards and the advantages, 05 configures and runs TRL's `GRPOTrainer` and
+# takes one policy update apart, 06 measures before and after and saves the adapter; the capstone
+# (`capstone/README.md`) is your own `train_grpo.py`. The recipes, straight from the presets:
+
+# %%
+from helpers.training import PRESETS
+
+for name in ("cpu", "t4"):
+    p = PRESETS[name]
+    print(f"{name:>4}: {p.model_name}\n      {p.dataset} questions, groups of {p.num_generations} completions of up to "
+          f"{p.max_completion_length} tokens, {p.max_steps} GRPO steps, LoRA rank {p.lora_rank}, beta {p.beta}")
 
 # %% [markdown]
 # ## What the setup cell did

@@ -365,6 +365,6 @@ ex.q2.check(diagnoses)
 #
 # ## Exercises
 #
-# 1. Rerun with `NUM_GENERATIONS = 4` and `BATCH_SIZE = 8` (two prompts per step) and a new `RUN_DIR`. How do `frac_reward_zero_std` and the step time change?
+# 1. A short experiment: after the setup cell add `kit = setup.prepare(PRESET, run_dir="runs/beta", beta=0.04, max_steps=MAX_STEPS)` and run the rest. Where does `kl` appear in the logs, and what does the reference model cost (compare `memory/*` with your first run)?
 # 2. Interrupt the training cell (the stop button) after a checkpoint, then run it again. From which step does it resume, and what happened to `metrics.jsonl`?
 # 3. Open `samples.jsonl` in the run folder and find a question the model got right after training and wrong before.
