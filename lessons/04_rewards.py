@@ -193,23 +193,29 @@ print("\nThe kit's rewards:")
 reward_lab.print_table(demo["kit"])
 
 # %% [markdown]
-# What to read in the tables:
+# What to read in the tables (the cell below prints the numbers it rests on):
 #
-# - Under the naive rewards **repeated tags score highest** (5.0 > an honest 2.5) and the hedge and the number dump
-#   tie with the honest answer: GRPO would teach the model to spam tags and list numbers.
-# - Under the kit's rewards every honest formatted answer (4.0) beats every hack. The defences:
-#   **correctness dominates** (2.0, more than all format points together: 1.5), so junk in perfect tags (1.5) loses
-#   to any correct formatted answer; **one number only**, so hedges and dumps are wrong; the **strict format** wants
-#   each tag exactly once in one layout; the **tag count** pays only for tags that appear once, and text after
-#   `</answer>` costs points.
-# - Not every hack is gone: junk in perfect tags (1.5) still beats a correct answer *without* tags (0.0). In a group
-#   where nobody is correct, format points are the only signal, which is how the model learns the format at all -
-#   and why correctness has to outweigh them. Watch `rewards/correctness_reward/mean` in 05, not just the total.
+# - Under the naive rewards **repeated tags score highest**, above an honest answer, and the hedge and the number
+#   dump tie with the honest answer: GRPO would teach the model to spam tags and list numbers.
+# - Under the kit's rewards every honest formatted answer beats every hack. The defences: **correctness dominates**
+#   (it pays more than all format points together), so junk in perfect tags loses to any correct formatted answer;
+#   **one number only**, so hedges and dumps are wrong; the **strict format** wants each tag exactly once in one
+#   layout; the **tag count** pays only for tags that appear once, and text after `</answer>` costs points.
+# - Not every hack is gone: junk in perfect tags still beats a correct answer *without* tags. In a group where
+#   nobody is correct, format points are the only signal, which is how the model learns the format at all - and
+#   why correctness has to outweigh them. Watch `rewards/correctness_reward/mean` in 05, not just the total.
 
 # %%
-kit_scores = demo["kit"]
+naive_scores, kit_scores = demo["naive"], demo["kit"]
+print(f"naive: repeated tags {naive_scores['repeated tags']['total']:g} vs honest, formatted "
+      f"{naive_scores['honest, formatted']['total']:g}; hedge {naive_scores['hedged answer']['total']:g}, "
+      f"number dump {naive_scores['number dump']['total']:g}")
+perfect = rewards.score_completion(reward_lab.HAND_WRITTEN["perfect"], "12")
+format_points = sum(perfect[k] for k in ("strict_format_reward", "soft_format_reward", "tag_count_reward"))
+print(f"kit: correctness pays {rewards.CORRECT_SCORE:g}, the three format rewards together {format_points:g}")
 best_hack = max(kit_scores[k]["total"] for k in reward_lab.HACKS)
-print(f"best hack under the kit's rewards: {best_hack}, honest formatted: {kit_scores['honest, formatted']['total']}")
+print(f"best hack under the kit's rewards: {best_hack}, honest formatted: {kit_scores['honest, formatted']['total']}, "
+      f"honest without tags: {kit_scores['honest, no format']['total']:g}")
 assert kit_scores["honest, formatted"]["total"] > best_hack
 
 # %% [markdown]
