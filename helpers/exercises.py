@@ -434,6 +434,31 @@ def _judge_curves(answer):
                                         f"The dashboard's check: {evidence}")
 
 
+CLIP_CASES = [(1.0, 1.0, 0.2), (1.5, 1.0, 0.2), (0.5, 1.0, 0.2), (0.5, -1.0, 0.2), (1.5, -1.0, 0.2),
+              (1.1, 2.0, 0.2), (1.5, 1.0, 0.1), (0.7, -0.5, 0.2)]
+
+
+def clipped_objective_truth(ratio, advantage, epsilon=0.2):
+    return min(ratio * advantage, max(1 - epsilon, min(ratio, 1 + epsilon)) * advantage)
+
+
+def _judge_clipped(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: clipped_objective, not clipped_objective(1.5, 1.0)")
+    for r, a, eps in CLIP_CASES:
+        case = f"ratio={r}, advantage={a}, epsilon={eps}"
+        got = call(case, fn, r, a, eps)
+        want = clipped_objective_truth(r, a, eps)
+        if not _close(got, want, tol=1e-9):
+            if _close(got, r * a, 1e-9):
+                why = "that is ratio x advantage without clipping: past 1 +/- epsilon the push must stop growing"
+            elif _close(got, max(1 - eps, min(r, 1 + eps)) * a, 1e-9):
+                why = "that is the clipped term alone: take the min of the clipped and unclipped terms (pessimistic)"
+            else:
+                why = "min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {want:g} ({why})")
+
+
 nb05 = SimpleNamespace(
     q1=Exercise(
         "q1", "write zero_spread_chance(p, group_size): the chance that a group of G completions, each correct "
@@ -456,6 +481,17 @@ nb05 = SimpleNamespace(
         diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
         """,
         _judge_curves, "these are the three warnings the live dashboard prints while you train."),
+    q3=Exercise(
+        "q3", "write clipped_objective(ratio, advantage, epsilon=0.2): the per-token objective GRPO maximises "
+              "(PPO's clipped surrogate): min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)",
+        "clip(ratio, lo, hi) is max(lo, min(ratio, hi)); the min of the two terms means: never reward a move "
+        "beyond the clip range, but always count a move in the wrong direction in full.",
+        """
+        def clipped_objective(ratio, advantage, epsilon=0.2):
+            clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
+            return min(ratio * advantage, clipped * advantage)
+        """,
+        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.grpo_math)."),
 )
 nb05.q2.plot = plot_runs
 nb05.q2.runs = runs

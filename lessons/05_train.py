@@ -356,6 +356,28 @@ diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no
 ex.q2.check(diagnoses)
 
 # %% [markdown]
+# **Exercise 5.3.** The per-token objective in the policy update above is PPO's clipped surrogate, which GRPO
+# keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
+# 1 + epsilon) x A)`. The check then compares it with `helpers.grpo_math.policy_loss` (TRL's loss is minus it).
+
+# %% tags=["solution"]
+# Exercise 5.3: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
+# SOLUTION
+def clipped_objective(ratio, advantage, epsilon=0.2):
+    clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
+    return min(ratio * advantage, clipped * advantage)
+
+# %%
+result = ex.q3.check(clipped_objective)
+if result.passed:
+    import math
+
+    for r, a in [(1.5, 1.0), (0.5, 1.0), (0.5, -1.0), (1.5, -1.0)]:
+        trl_loss = float(grpo_math.policy_loss([[math.log(r)]], [[0.0]], [a], [[1]], loss_type="grpo")["loss"])
+        print(f"ratio {r}, advantage {a:+}: objective {clipped_objective(r, a):+.2f}, TRL's loss {trl_loss:+.2f}")
+result
+
+# %% [markdown]
 # ## Recap
 #
 # - The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.

@@ -55,6 +55,7 @@ RIGHT = {
     ("nb04", "q2"): advantages_right,
     ("nb05", "q1"): lambda p, g: p ** g + (1 - p) ** g,
     ("nb05", "q2"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb05", "q3"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
 }
@@ -110,6 +111,9 @@ WRONG = [
     ("nb05", "q2", {"A": "reward collapse"}, ["run B", "no diagnosis"]),
     ("nb05", "q2", {"A": "overfitting", "B": "healthy", "C": "length cap", "D": "no learning signal"},
      ["run A", "not one of the choices"]),
+    ("nb05", "q3", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
+    ("nb05", "q3", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
+    ("nb05", "q3", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
     ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
     ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
