@@ -119,7 +119,7 @@ def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
     elif base is Path:
         ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
     elif base in (int, float, str):
-        kind = _none_or(base) if optional and default_is_preset else base
+        kind = _none_or(base) if optional else base
         ap.add_argument(*flags, dest=f.name, type=kind, default=default,
                         help=help_text + (" ('none' to unset)" if optional else ""))
     else:  # a new field type: say so here rather than drop the field from the command line
