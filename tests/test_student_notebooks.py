@@ -127,6 +127,8 @@ def _prepared(path: Path, run_dir: Path):
     params = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     if "PRESET" in nb.cells[params].source:
         values = {**TINY, "RUN_DIR": str(run_dir)}
+        if "PASS_K_SAMPLES" in nb.cells[params].source:
+            values["PASS_K_SAMPLES"] = 2  # as tests/test_notebooks.py runs 06
         injected = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in values.items()))
         nb.cells.insert(params + 1, injected)
     return nb
@@ -139,12 +141,17 @@ def _outputs_text(cell) -> str:
     return "\n".join(parts)
 
 
+@pytest.fixture(scope="module")
+def student_run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("student-run")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", sorted(STUDENT_DIR.glob("0[1-7]_*.ipynb")), ids=_ids(sorted(STUDENT_DIR.glob("*.ipynb"))))
-def test_run_all_on_a_blank_student_copy_reaches_the_end(path, tmp_path):
+def test_run_all_on_a_blank_student_copy_reaches_the_end(path, student_run_dir):
     from nbclient import NotebookClient
 
-    nb = _prepared(path, tmp_path / "run")
+    nb = _prepared(path, student_run_dir)  # one RUN_DIR, as a student's: 06 uses the adapter 05 trained
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     client.execute()  # raises CellExecutionError at the first cell that fails: "Run all" would stop there
     exercises = [i for i, c in enumerate(nb.cells) if "exercise" in c.metadata.get("tags", [])]
