@@ -2,10 +2,10 @@
 
 01 environment_report; 02 memory_snapshot / nvidia_smi / show_untrained_answers / plot_predicted_memory;
 03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run (resumes by default) /
-checkpoint_dir_for / RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
+RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
 evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
 attach_trained_adapter.
-The training itself is helpers.train.run; the rewards playground is in helpers.reward_lab.
+The training itself is helpers.train's named steps; the rewards playground is in helpers.reward_lab.
 """
 
 from __future__ import annotations
@@ -224,7 +224,75 @@ def plot_prompt_lengths(lengths: list[int], limit: int, path=None, title: str = 
     return fig
 
 
+def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, float, float]]:
+    """Score labelled completions with each (your reward, the kit's reward) pair and print where they agree.
+
+    Returns the differences as (your reward, completion label, yours, kit's); [] when they agree everywhere.
+    """
+    labels, texts = list(completions), list(completions.values())
+    golds = [answer] * len(texts)
+    differences = []
+    for mine, kits in pairs:
+        a = mine(prompts=None, completions=texts, answer=golds)
+        b = kits(prompts=None, completions=texts, answer=golds)
+        wrong = [(mine.__name__, label, x, y) for label, x, y in zip(labels, a, b) if abs(x - y) > 1e-9]
+        differences += wrong
+        verdict = "agrees on all" if not wrong else f"DIFFERS on {len(wrong)} of"
+        print(f"{mine.__name__:<26} vs {kits.__name__:<22} {verdict} {len(texts)} completions")
+    for name, label, x, y in differences:
+        print(f"  {name} on {label!r}: yours {x:g}, the kit's {y:g}")
+    return differences
+
+
 # ------------------------------------------------------------------------------------------- 05 train
+
+
+REWARD_FILE = "my_rewards.py"  # in RUN_DIR: 04 writes the student's rewards there, 05 trains with them
+REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.course.save_rewards). 05 trains with '
+                 'them."""\nimport math\nimport re\n\nfrom helpers.rewards import answer_of, answers_match, '
+                 'completion_text, parse_number\n\n')
+
+
+def save_rewards(funcs, run_dir) -> Path | None:
+    """Write the source of the reward functions defined in a notebook to RUN_DIR/my_rewards.py, so 05 can train
+    with them. A name that is not defined yet (a skipped exercise) is reported and left out, never an error."""
+    import inspect
+
+    sources = []
+    for fn in funcs:
+        if not callable(fn):
+            print(f"[grpo-kit] not saved: {fn!r} is not a function (answer the exercise first)")
+            continue
+        try:
+            sources.append(inspect.getsource(fn).strip("\n"))
+        except (OSError, TypeError) as err:
+            print(f"[grpo-kit] cannot read the source of {getattr(fn, '__name__', fn)!r} ({err}); not saved")
+    if not sources:
+        return None
+    path = Path(run_dir) / REWARD_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
+    print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training")
+    return path
+
+
+def load_rewards(run_dir) -> list:
+    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with a note when there are none)."""
+    import importlib.util
+
+    path = Path(run_dir) / REWARD_FILE
+    if not path.is_file():
+        print(f"[grpo-kit] no {REWARD_FILE} in {run_dir}: training with the kit's rewards only (04's last exercise "
+              "saves your own reward there)")
+        return []
+    spec = importlib.util.spec_from_file_location("my_rewards", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    funcs = [v for k, v in vars(module).items() if k.endswith("_reward") and callable(v)
+             and getattr(v, "__module__", None) == "my_rewards"]
+    print(f"[grpo-kit] your rewards from {path}: {', '.join(f.__name__ for f in funcs) or 'none'}")
+    return funcs
+
 
 
 class RssSampler:
@@ -263,46 +331,27 @@ class RssSampler:
 
 
 def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
-              checkpoint_dir=None, dashboard: str | None = None, **changes) -> dict:
-    """helpers.train.run for the kit's preset and overrides (plus `changes`, e.g. max_steps=2); returns the summary.
+              checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
+    """Every step of helpers.train (helpers.train.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
+    returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
     complete checkpoint (helpers.train.plan_run), and a finished run is shown, not retrained. overwrite=True
     (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
-    are the CLI's --save-steps / --keep / --checkpoint-dir / --dashboard (None: the CLI's defaults).
+    are helpers.train.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
     from helpers import train
-    from helpers.notebook_setup import Kit
 
-    if changes:
-        kit = Kit(root=kit.root, runtime=kit.runtime, preset=kit.preset, run_dir=kit.run_dir,
-                  overrides={**kit.overrides, **changes})
     target = Path(run_dir or kit.run_dir)
     if not overwrite and (target / "summary.json").is_file():
         print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
               "again, choose another RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
         return json.loads((target / "summary.json").read_text())
-    argv = kit.train_argv(run_dir=run_dir, overwrite=overwrite)
-    for flag, value in (("--save-steps", save_steps), ("--keep", keep), ("--checkpoint-dir", checkpoint_dir),
-                        ("--dashboard", dashboard)):
-        if value is not None:
-            argv += [flag, str(value)]
-    return train.run(train.parse_args(argv))
-
-
-def checkpoint_dir_for(kit, use_drive: bool = False) -> Path | None:
-    """Where 05 keeps its checkpoints: None (the run folder's trainer/, the default) or, with use_drive=True on
-    Colab, a folder on Google Drive (helpers.checkpoints.checkpoint_root mounts Drive, asking once). Off Colab,
-    use_drive=True raises a ValueError that says why."""
-    if not use_drive:
-        print(f"[grpo-kit] checkpoints go to {Path(kit.run_dir) / 'trainer'} (set USE_DRIVE = True on Colab to "
-              "keep them on Google Drive, which survives a disconnect)")
-        return None
-    from helpers.checkpoints import checkpoint_root
-
-    folder = checkpoint_root(use_drive=True, run_dir=kit.run_dir)
-    print(f"[grpo-kit] checkpoints go to Google Drive: {folder}")
-    return folder
+    given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
+    options = train.RunOptions(run_dir=target, overwrite=overwrite,
+                               **{k: v for k, v in given.items() if v is not None})
+    preset = kit.preset.with_overrides(**changes) if changes else kit.preset
+    return train.run_all(preset, options, reward_funcs=reward_funcs)
 
 
 def _series(rows, key):
@@ -524,6 +573,14 @@ def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: b
         shutil.copytree(adapter_path, target, dirs_exist_ok=True)
     list_folder(target, "(the base model is not in here: load it, then the adapter)")
     return target
+
+
+def empty_folder(target, overwrite: bool = False) -> Path:
+    """A folder to save into: created if missing; one that holds files is refused (helpers.sharing.SharingError,
+    with the fix) unless overwrite=True, which says what it replaces."""
+    from helpers import sharing
+
+    return sharing._fresh_folder(target, overwrite)
 
 
 def list_folder(folder, note: str = "") -> None:

@@ -17,13 +17,16 @@ from pathlib import Path
 
 def preset_from_run(run_dir, **overrides):
     """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
-    from helpers.training import get_preset
+    from dataclasses import fields as dataclass_fields
+
+    from helpers.training import Preset, get_preset
 
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
     saved = json.loads(path.read_text())
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k != "name"}
+    preset_names = {f.name for f in dataclass_fields(Preset)} - {"name"}  # config.json also names the rewards
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in preset_names}
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return get_preset(saved["name"]).with_overrides(**fields)
 

@@ -48,10 +48,16 @@ class Fail(Exception):
         self.case, self.message = case, message
 
 
+class NotAnswered(Exception):
+    """The student's function still raises NotImplementedError (the student copy's placeholder)."""
+
+
 def call(case: str, fn, *args, **kwargs):
     """Run the student's function on a hidden case; an exception becomes feedback that names the case."""
     try:
         return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise NotAnswered() from None
     except Exception as err:  # noqa: BLE001 - any error in student code is feedback, not a crash
         raise Fail(case, f"on {case} your function raised {type(err).__name__}: {err}") from None
 
@@ -63,13 +69,18 @@ class Exercise:
 
     def check(self, answer=_MISSING) -> CheckResult:
         if answer is _MISSING or answer is None or answer is Ellipsis:
-            return CheckResult(False, f"no answer yet: write it, then call {self.qid}.check(your_answer). "
-                                      f"The task: {self.task}")
+            return self._not_answered()
         try:
             self._judge(answer)
+        except NotAnswered:
+            return self._not_answered()
         except Fail as f:
             return CheckResult(False, f.message, f.case)
         return CheckResult(True, self.success or "every hidden case passed.")
+
+    def _not_answered(self) -> CheckResult:
+        return CheckResult(False, f"not answered yet: write your answer in the cell above, run it, then run this "
+                                  f"check again. The task: {self.task}")
 
     def hint(self) -> None:
         print(f"Hint ({self.qid}): {self._hint}")
@@ -307,42 +318,25 @@ nb04 = SimpleNamespace(
 
 # =========================================================================================== 05 train
 
-NUM_GEN_SETTINGS = {"max_completion_length": 512}  # the t4 preset with longer answers
-NUM_GEN_BUDGET_GB = 7.0
-NUM_GEN_MAX = 32
+ZERO_SPREAD_CASES = [(0.5, 2), (0.5, 4), (0.2, 8), (0.9, 8), (0.05, 16), (0.0, 4), (1.0, 6), (0.3, 1)]
 
 
-def fits_with(num_generations: int):
-    """The memory estimate of the t4 preset on a T4 with `num_generations` completions (one prompt per step)."""
-    from helpers.memory import estimate
-
-    return estimate("t4", gpu="t4", budget_gb=NUM_GEN_BUDGET_GB, num_generations=num_generations,
-                    per_device_train_batch_size=num_generations, **NUM_GEN_SETTINGS)
+def zero_spread_truth(p: float, group_size: int) -> float:
+    """The chance that G completions, each right with probability p (independently), all score the same."""
+    return p ** group_size + (1 - p) ** group_size
 
 
-def largest_fitting_generations() -> int:
-    best = 0
-    for g in range(2, NUM_GEN_MAX + 1):
-        if fits_with(g).fits:
-            best = g
-    return best
-
-
-def _judge_num_generations(answer):
-    if isinstance(answer, bool) or not isinstance(answer, int):
-        raise Fail("the answer", f"answer with a whole number of completions, not {answer!r}")
-    if answer < 2:
-        raise Fail(f"num_generations={answer}", f"num_generations={answer}: GRPO compares completions of the same "
-                                                "prompt, so it needs at least 2.")
-    truth = largest_fitting_generations()
-    est = fits_with(min(answer, NUM_GEN_MAX))
-    if answer > NUM_GEN_MAX or not est.fits:
-        raise Fail(f"num_generations={answer}", f"num_generations={answer} does not fit: the predicted peak is "
-                   f"{est.peak_gb:.2f} GB, over the {NUM_GEN_BUDGET_GB:g} GB budget. Go lower.")
-    if answer < truth:
-        raise Fail(f"num_generations={answer}", f"num_generations={answer} fits ({est.peak_gb:.2f} GB), but "
-                   f"{answer + 1} fits too ({fits_with(answer + 1).peak_gb:.2f} GB): more completions per prompt give "
-                   "a better learning signal, so take the largest that fits.")
+def _judge_zero_spread(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: zero_spread_chance, not zero_spread_chance(0.5, 4)")
+    for p, g in ZERO_SPREAD_CASES:
+        case = f"p={p}, G={g}"
+        got = call(case, fn, p, g)
+        want = zero_spread_truth(p, g)
+        if not _close(got, want, tol=1e-6):
+            hint = ("a group ties when ALL its completions are right OR all are wrong" if _close(got, p ** g, 1e-6)
+                    or _close(got, (1 - p) ** g, 1e-6) else "the completions are independent: multiply chances")
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {want:.6f} ({hint})")
 
 
 CHOICES = {"healthy": "healthy", "no_signal": "no learning signal", "length_cap": "length cap",
@@ -440,32 +434,64 @@ def _judge_curves(answer):
                                         f"The dashboard's check: {evidence}")
 
 
+CLIP_CASES = [(1.0, 1.0, 0.2), (1.5, 1.0, 0.2), (0.5, 1.0, 0.2), (0.5, -1.0, 0.2), (1.5, -1.0, 0.2),
+              (1.1, 2.0, 0.2), (1.5, 1.0, 0.1), (0.7, -0.5, 0.2)]
+
+
+def clipped_objective_truth(ratio, advantage, epsilon=0.2):
+    return min(ratio * advantage, max(1 - epsilon, min(ratio, 1 + epsilon)) * advantage)
+
+
+def _judge_clipped(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: clipped_objective, not clipped_objective(1.5, 1.0)")
+    for r, a, eps in CLIP_CASES:
+        case = f"ratio={r}, advantage={a}, epsilon={eps}"
+        got = call(case, fn, r, a, eps)
+        want = clipped_objective_truth(r, a, eps)
+        if not _close(got, want, tol=1e-9):
+            if _close(got, r * a, 1e-9):
+                why = "that is ratio x advantage without clipping: past 1 +/- epsilon the push must stop growing"
+            elif _close(got, max(1 - eps, min(r, 1 + eps)) * a, 1e-9):
+                why = "that is the clipped term alone: take the min of the clipped and unclipped terms (pessimistic)"
+            else:
+                why = "min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {want:g} ({why})")
+
+
 nb05 = SimpleNamespace(
     q1=Exercise(
-        "q1", f"find the largest num_generations (one prompt per step, so per_device_train_batch_size = "
-              f"num_generations) for which the t4 preset with max_completion_length="
-              f"{NUM_GEN_SETTINGS['max_completion_length']} is predicted to fit a {NUM_GEN_BUDGET_GB:g} GB budget "
-              "on a T4 (helpers.memory.estimate)",
-        "estimate('t4', gpu='t4', budget_gb=7.0, num_generations=g, per_device_train_batch_size=g, "
-        "max_completion_length=512).fits is True when it fits; try g = 2, 3, 4, ...",
-        f"""
-        from helpers.memory import estimate
-
-        answer = max(g for g in range(2, {NUM_GEN_MAX + 1})
-                     if estimate("t4", gpu="t4", budget_gb={NUM_GEN_BUDGET_GB}, num_generations=g,
-                                 per_device_train_batch_size=g, max_completion_length=512).fits)
+        "q1", "write zero_spread_chance(p, group_size): the chance that a group of G completions, each correct "
+              "with probability p, has zero reward spread (all right or all wrong), so it teaches nothing",
+        "a group ties when all G completions are right (p ** G) or all are wrong ((1 - p) ** G); the two cannot "
+        "both happen (for G >= 1).",
+        """
+        def zero_spread_chance(p, group_size):
+            return p ** group_size + (1 - p) ** group_size
         """,
-        _judge_num_generations,
-        "each extra completion adds its activations and logits; the vLLM reservation stays the same."),
+        _judge_zero_spread,
+        "groups tie most when the model is almost always right or almost always wrong: that is when more "
+        "generations (or a finer reward) pay."),
     q2=Exercise(
         "q2", "diagnose runs A-D (ex.q2.plot() draws them): for each, one of 'healthy', 'no learning signal', "
               "'length cap', 'reward collapse'",
         "no learning signal: every group tied (zero-spread = 1, reward flat); length cap: clipped ratio near 1; "
         "reward collapse: the reward rose, then fell far below its best.",
         """
-        answer = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
+        diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
         """,
         _judge_curves, "these are the three warnings the live dashboard prints while you train."),
+    q3=Exercise(
+        "q3", "write clipped_objective(ratio, advantage, epsilon=0.2): the per-token objective GRPO maximises "
+              "(PPO's clipped surrogate): min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)",
+        "clip(ratio, lo, hi) is max(lo, min(ratio, hi)); the min of the two terms means: never reward a move "
+        "beyond the clip range, but always count a move in the wrong direction in full.",
+        """
+        def clipped_objective(ratio, advantage, epsilon=0.2):
+            clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
+            return min(ratio * advantage, clipped * advantage)
+        """,
+        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.grpo_math)."),
 )
 nb05.q2.plot = plot_runs
 nb05.q2.runs = runs
@@ -541,9 +567,10 @@ nb07 = SimpleNamespace(q1=Exercise(
           f"{LAB_GENERATIONS} generations (batch {LAB_GENERATIONS}) within {LAB_BUDGET_GB:g} GB",
     "loop over range(64, 4097, 64) and keep the lengths whose estimate(...).fits is True.",
     f"""
-    answer = max(L for L in range({LAB_STEP}, 4097, {LAB_STEP})
-                 if estimate(t4, gpu="t4", budget_gb={LAB_BUDGET_GB}, num_generations={LAB_GENERATIONS},
-                             per_device_train_batch_size={LAB_GENERATIONS}, max_completion_length=L).fits)
+    largest_completion_length = max(
+        L for L in range({LAB_STEP}, 4097, {LAB_STEP})
+        if estimate(t4, gpu="t4", budget_gb={LAB_BUDGET_GB}, num_generations={LAB_GENERATIONS},
+                    per_device_train_batch_size={LAB_GENERATIONS}, max_completion_length=L).fits)
     """,
     _judge_lab_length, "the logits and activations grow linearly with the completion length."))
 

@@ -132,14 +132,26 @@ def format_table(rows: list[dict], width: int = 48) -> str:
     return "\n".join(lines)
 
 
-# One group for the worked example in 04_rewards: four completions of "3 bags with 4 apples each" (gold 12),
-# scored by the kit's five rewards (perfect 4.0, right but untagged 0.0 ... see helpers.reward_lab).
-EXAMPLE_GROUP = {
-    "<reasoning>3 * 4 = 12</reasoning><answer>12</answer> (right, formatted)": 4.0,
-    "3 * 4 = 12. The answer is 12. (right, no tags)": 0.0,
-    "<reasoning>3 + 4 = 7</reasoning><answer>7</answer> (wrong, formatted)": 2.0,
-    "I think it is 7. (wrong, no tags)": 0.0,
+# One group for the worked example in 04_rewards: four completions of "3 bags with 4 apples each" (gold 12).
+EXAMPLE_GOLD = "12"
+EXAMPLE_COMPLETIONS = {
+    "right, formatted": "<reasoning>3 * 4 = 12</reasoning><answer>12</answer>",
+    "right, no tags": "3 * 4 = 12. The answer is 12.",
+    "wrong, formatted": "<reasoning>3 + 4 = 7</reasoning><answer>7</answer>",
+    "wrong, no tags": "I think it is 7.",
 }
+
+
+def example_group() -> dict[str, float]:
+    """{'<completion> (<label>)': total reward} for EXAMPLE_COMPLETIONS, scored by the kit's five rewards (never
+    typed by hand: the one-line layouts miss the strict format, and the table must say so)."""
+    from helpers.rewards import score_completion
+
+    return {f"{text} ({label})": sum(score_completion(text, EXAMPLE_GOLD).values())
+            for label, text in EXAMPLE_COMPLETIONS.items()}
+
+
+EXAMPLE_GROUP = example_group()
 
 
 class AdvantageWidget:
@@ -219,3 +231,85 @@ class AdvantageWidget:
 def advantage_widget(group: dict | None = None, scale: str = "group") -> AdvantageWidget:
     """The 04_rewards playground for advantages (see AdvantageWidget)."""
     return AdvantageWidget(group, scale)
+
+
+# ------------------------------------------------------------------------------------------- the policy update
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_type: str = "dapo",
+                epsilon: float = 0.2, epsilon_high: float | None = None, beta: float = 0.0, ref_per_token_logps=None,
+                max_completion_length: int | None = None) -> dict:
+    """TRL 1.15's GRPO loss for one generation batch (token-level ratios, one process, no vLLM correction), step by
+    step, as torch tensors of shape (completions, tokens):
+
+        ratio     = exp(logp - logp_old)                       how much likelier each sampled token became
+        clipped   = clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+        per token = -min(ratio * A, clipped * A) + beta * KL   the clipped surrogate (PPO's), A = the advantage
+        KL        = exp(ref - logp) - (ref - logp) - 1          per-token KL estimate to the reference model (k3)
+        loss      = the per-token losses averaged as loss_type says:
+                    grpo: per completion, then over completions; bnpo / dapo: over all tokens of the batch;
+                    dr_grpo: summed, divided by completions x max_completion_length (no length bias)
+
+    tests/test_grpo_math.py checks every loss type against GRPOTrainer._compute_loss itself.
+    """
+    import torch
+
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type={loss_type!r}: this lesson covers {LOSS_TYPES}")
+    logps, old, mask = (torch.as_tensor(x, dtype=torch.float32) for x in (per_token_logps, old_per_token_logps, mask))
+    adv = torch.as_tensor(advantages, dtype=torch.float32)
+    adv = adv.unsqueeze(1) if adv.dim() == 1 else adv
+    high = epsilon if epsilon_high is None else epsilon_high
+    ratio = torch.exp(logps - old)
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+    kl = None
+    if beta != 0.0:
+        if ref_per_token_logps is None:
+            raise ValueError("beta > 0 needs ref_per_token_logps (the reference model's log-probabilities)")
+        ref = torch.as_tensor(ref_per_token_logps, dtype=torch.float32)
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        per_token = per_token + beta * kl
+    if loss_type == "grpo":
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type in ("bnpo", "dapo"):
+        loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    else:
+        if max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' divides by max_completion_length: pass it")
+        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
+    return {"ratio": ratio, "clipped_ratio": clipped, "per_token_kl": kl, "per_token_loss": per_token, "loss": loss,
+            "clipped": ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + high) & (adv > 0))}
+
+
+def group_batch(tokenizer, prompt, completions) -> dict:
+    """The tensors TRL's loss reads for one group: the prompt (chat template applied) repeated once per completion,
+    the completions' token ids right-padded, and their mask."""
+    import torch
+
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
+    width = max([len(x) for x in ids] + [1])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    completion_ids = torch.full((len(ids), width), pad, dtype=torch.long)
+    completion_mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, x in enumerate(ids):
+        completion_ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        completion_mask[i, : len(x)] = 1
+    n = len(ids)
+    return {"prompt_ids": prompt_ids.repeat(n, 1), "prompt_mask": torch.ones_like(prompt_ids).repeat(n, 1),
+            "completion_ids": completion_ids, "completion_mask": completion_mask}
+
+
+def completion_logps(model, batch, temperature: float = 1.0):
+    """log p(token | everything before it) for every completion token, as TRL computes it (logits / temperature)."""
+    import torch
+
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    start = batch["prompt_ids"].size(1)
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, start - 1 : -1] / temperature
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)

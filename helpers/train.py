@@ -2,61 +2,194 @@
 
     python -m helpers.train --preset cpu --max-steps 30 --run-dir runs/demo
 
-Writes metrics.jsonl (one line per step), reward_curve.png, samples.jsonl (before/after answers to the same
-questions), adapter/ (the LoRA adapter), config.json and summary.json.
+One pipeline, two front doors: this command and notebook 05 call the same named steps, in this order:
+
+    run = prepare(preset, RunOptions(...), reward_funcs)   # validate, plan the run folder, write config.json
+    model, tokenizer = load_model(run)                      # Unsloth + vLLM on GPU, embedded model + peft on CPU
+    train_dataset, heldout = load_data(run)                 # filtered to max_prompt_length
+    before = evaluate_before(run, heldout)                  # (reused from before.json when resuming)
+    trainer = GRPOTrainer(model=..., reward_funcs=run.reward_funcs, args=grpo_config(run),
+                          train_dataset=..., processing_class=..., callbacks=kit_callbacks(run))   # build_trainer
+    train(run, trainer)                                     # resumes from the latest complete checkpoint
+    summary = finish(run, trainer, heldout, before)         # adapter/, evaluation after, plots, summary.json
+
+Every field of helpers.training.Preset is a flag (`--help` lists them with the field's own help text). Writes
+metrics.jsonl (one line per step), reward_curve.png, samples.jsonl (before/after answers to the same questions),
+adapter/ (the LoRA adapter), config.json and summary.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from helpers import runtime as rt
-from helpers.training import PresetError, get_preset, validate
+from helpers.training import Preset, PresetError, get_preset, validate
 
 
 class RunDirError(ValueError):
     """The run folder would overwrite an earlier run."""
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def _opt(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class RunOptions:
+    """How to run (the Preset says what to train). Each field is also a flag of `python -m helpers.train`."""
+
+    run_dir: Path | None = _opt(None, "folder for results (default: runs/<preset>-<time>)")
+    overwrite: bool = _opt(False, "allow writing into a run folder that already has results")
+    save_steps: int | None = _opt(
+        None, "write a resumable checkpoint every N steps (0: none; default: about 5 per run, at most every 25)")
+    keep: int = _opt(2, "how many of the latest checkpoints to keep")
+    resume: bool | None = _opt(
+        None, "default (auto): an unfinished run in --run-dir is resumed from its latest complete checkpoint; "
+              "--resume insists on it, --no-resume refuses to continue one")
+    checkpoint_dir: Path | None = _opt(None, "where checkpoint-N/ go (default: <run-dir>/trainer)")
+    drive: bool = _opt(False, "Colab: keep checkpoints on Google Drive (mounts it)")
+    dashboard: str = _opt("auto", "live curves + latest completions + warnings: auto, notebook, headless (one line "
+                                  "per step, dashboard.png) or off")
+    pass_k_samples: int = _opt(0, "also estimate sampled pass@k with N samples per question before/after "
+                                  "(0: greedy only)")
+    rewards: tuple[str, ...] = _opt(
+        (), "reward functions as module:name (a function or a list of them), e.g. my_rewards:brevity_reward; "
+            "repeat the flag for several (default: helpers.rewards:DEFAULT_REWARDS)")
+
+
+DASHBOARD_MODES = ("auto", "notebook", "headless", "off")
+FLAG_ALIASES = {"per_device_train_batch_size": ["--batch-size"]}  # short names kept from earlier versions
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a Preset or RunOptions field."""
+    return "--" + name.replace("_", "-")
+
+
+def _none_or(kind):
+    def parse(text):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _tuple_of(kind):
+    def parse(text):
+        return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
+
+    parse.__name__ = f"comma-separated {kind.__name__}"
+    return parse
+
+
+def _json_dict(text):
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"note\": \"mine\"}'")
+    return value
+
+
+def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
+    """One flag for one dataclass field, its type read from the annotation and its help from the field's metadata."""
+    help_text = f.metadata.get("help", "")
+    if default_is_preset:
+        help_text += " (default: the preset's)"
+    elif f.default not in (MISSING, None, (), False):
+        help_text += f" (default: {f.default})"
+    flags = [flag_of(f.name), *FLAG_ALIASES.get(f.name, [])]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional and origin is not tuple else hint
+    default = None if default_is_preset else f.default
+    if base is bool:
+        ap.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+    elif typing.get_origin(base) is tuple:
+        ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
+                        help=help_text)
+    elif base is dict:
+        ap.add_argument(*flags, dest=f.name, type=_json_dict, default=default, help=help_text + " (JSON)")
+    elif base is Path:
+        ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
+    elif base in (int, float, str):
+        kind = _none_or(base) if optional else base
+        ap.add_argument(*flags, dest=f.name, type=kind, default=default,
+                        help=help_text + (" ('none' to unset)" if optional else ""))
+    else:  # a new field type: say so here rather than drop the field from the command line
+        raise TypeError(f"helpers.train cannot make a flag for {f.name}: {hint}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI, generated from the Preset and RunOptions dataclasses: one flag per field."""
     ap = argparse.ArgumentParser(prog="python -m helpers.train", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="cpu", help="cpu (embedded model, any machine) or t4 (Qwen2.5-1.5B on a GPU)")
-    ap.add_argument("--max-steps", type=int, help="GRPO steps (default: the preset's)")
-    ap.add_argument("--run-dir", type=Path, help="folder for results (default: runs/<preset>-<time>)")
-    ap.add_argument("--eval-size", type=int, help="held-out questions for before/after evaluation")
-    ap.add_argument("--learning-rate", type=float)
-    ap.add_argument("--num-generations", type=int)
-    ap.add_argument("--batch-size", type=int, dest="per_device_train_batch_size",
-                    help="completions per step (a multiple of --num-generations)")
-    ap.add_argument("--max-completion-length", type=int)
-    ap.add_argument("--eval-max-new-tokens", type=int, help="tokens per answer when evaluating")
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--overwrite", action="store_true", help="allow writing into a run folder that already has results")
-    ap.add_argument("--save-steps", type=int,
-                    help="write a resumable checkpoint every N steps (0: none; default: about 5 per run, at most every 25)")
-    ap.add_argument("--keep", type=int, default=2, help="how many of the latest checkpoints to keep (default 2)")
-    ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
-                    help="default (auto): an unfinished run in --run-dir is resumed from its latest complete checkpoint; "
-                         "--resume insists on it, --no-resume refuses to continue one")
-    ap.add_argument("--checkpoint-dir", type=Path, help="where checkpoint-N/ go (default: <run-dir>/trainer)")
-    ap.add_argument("--drive", action="store_true", help="Colab: keep checkpoints on Google Drive (mounts it)")
-    ap.add_argument("--dashboard", choices=("auto", "notebook", "headless", "off"), default="auto",
-                    help="live curves + latest completions + warnings (headless: one line per step, dashboard.png)")
-    ap.add_argument("--pass-k-samples", type=int, default=0,
-                    help="also estimate sampled pass@k with N samples per question before/after (0: greedy only)")
-    return ap.parse_args(argv)
+    ap.add_argument("--preset", default="cpu",
+                    help="the recipe to start from: cpu (embedded model, any machine), t4 (Qwen2.5-1.5B on a GPU), "
+                         "or a multi-GPU one; the flags below change its fields")
+    recipe = ap.add_argument_group("preset fields (what to train; default: the preset's value)")
+    hints = typing.get_type_hints(Preset)
+    for f in fields(Preset):
+        if f.name != "name":  # --preset chooses it
+            _add_field_flag(recipe, f, hints[f.name], default_is_preset=True)
+    running = ap.add_argument_group("run options (how to run)")
+    hints = typing.get_type_hints(RunOptions)
+    for f in fields(RunOptions):
+        if f.name == "rewards":
+            running.add_argument("--reward", dest="rewards", action="append", default=None, help=f.metadata["help"])
+        elif f.name == "dashboard":
+            running.add_argument("--dashboard", choices=DASHBOARD_MODES, default=f.default, help=f.metadata["help"])
+        else:
+            _add_field_flag(running, f, hints[f.name], default_is_preset=False)
+    return ap
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def overrides_from(args) -> dict:
-    names = ("max_steps", "eval_size", "learning_rate", "num_generations", "per_device_train_batch_size",
-             "max_completion_length", "eval_max_new_tokens", "seed")
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    """The Preset fields given on the command line (the rest keep the preset's values)."""
+    return {f.name: getattr(args, f.name) for f in fields(Preset)
+            if f.name != "name" and getattr(args, f.name, None) is not None}
+
+
+def options_from(args) -> RunOptions:
+    """The RunOptions given on the command line."""
+    values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if hasattr(args, f.name)}
+    values["rewards"] = tuple(values.get("rewards") or ())
+    return RunOptions(**values)
+
+
+def resolve_rewards(specs) -> list:
+    """Reward functions from 'module:name' strings (a function, or a list of functions); () -> the kit's defaults."""
+    if not specs:
+        from helpers.rewards import DEFAULT_REWARDS
+
+        return list(DEFAULT_REWARDS)
+    funcs = []
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise PresetError(f"--reward {spec!r}: expected module:name. Fix: e.g. --reward my_rewards:brevity_reward "
+                              "(my_rewards.py importable from the current folder)")
+        try:
+            value = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise PresetError(f"--reward {spec!r}: {err}. Fix: check the module is importable from the current "
+                              "folder and defines that name") from None
+        funcs.extend(value if isinstance(value, (list, tuple)) else [value])
+    return funcs
+
+
+def reward_names(reward_funcs) -> list[str]:
+    """The names TRL logs the rewards under (rewards/<name>/mean)."""
+    return [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
 
 
 # Settings that may change between a first start and its resume (they do not change what is trained).
@@ -182,124 +315,235 @@ def build_datasets(preset, tokenizer):
     return train, heldout, dropped
 
 
-def run(args) -> dict:
-    rt.start_gpu_process(args.preset)  # GPU: allocator settings before CUDA, Unsloth before transformers/TRL
-    from helpers.evaluation import evaluate, summary_of, write_samples
-    from helpers.memory_monitor import MemoryMonitor
-    from helpers.metrics import MetricsRecorder, plot_rewards, read_metrics
-    from helpers.oom_doctor import oom_advice
+@dataclass
+class Run:
+    """What the steps hand each other: the recipe, the options, and what is known about this run so far."""
 
-    preset = get_preset(args.preset, **overrides_from(args))
+    preset: Preset
+    options: RunOptions
+    reward_funcs: list
+    runtime: object  # helpers.runtime.Runtime
+    dist: object  # helpers.distributed.ProcessInfo
+    plan: RunPlan
+    save_steps: int
+    gpu: object  # the card we are on (GB), or "t4": what the OOM doctor sizes for
+    started: float = field(default_factory=time.time)
+    model: object = None
+    tokenizer: object = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.plan.run_dir
+
+    def config(self) -> dict:
+        """What config.json holds: every Preset field, and the reward functions by name."""
+        config = json.loads(json.dumps(self.preset.to_dict(), default=list))
+        config["reward_funcs"] = reward_names(self.reward_funcs)
+        return config
+
+
+def prepare(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> Run:
+    """Step 1: refuse impossible settings before any model loads, plan the run folder (fresh, resume or refuse),
+    write config.json. reward_funcs: the functions to train with (TRL's reward contract); None = the kit's."""
+    options = options or RunOptions()
+    if options.dashboard not in DASHBOARD_MODES:
+        raise PresetError(f"dashboard={options.dashboard!r} is not a dashboard mode. Fix: use one of {DASHBOARD_MODES}")
     runtime = rt.detect()
-    from helpers.distributed import process_info
+    from helpers.distributed import on_main_then_share, process_info
 
-    dist_info = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
-    validate(preset, runtime, num_processes=dist_info.world_size)  # before any model loads
+    dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
+    validate(preset, runtime, num_processes=dist.world_size)  # before any model loads
     need_free_gb = None
     if preset.backend == "unsloth" and runtime.has_gpu:
         from helpers.memory import estimate
 
         need_free_gb = estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb
     rt.check(runtime, want_gpu=preset.backend == "unsloth", need_free_gb=need_free_gb)
-    config = json.loads(json.dumps(preset.to_dict(), default=list))
-    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    checkpoint_dir = args.checkpoint_dir
-    if args.drive and checkpoint_dir is None:
+    if preset.backend == "unsloth":
+        from helpers.model import import_unsloth
+
+        import_unsloth()  # before TRL (which a reward module may import): Unsloth patches it on import
+    if reward_funcs is None:
+        reward_funcs = resolve_rewards(options.rewards)
+    reward_funcs = list(reward_funcs)
+    if not reward_funcs or not all(callable(f) for f in reward_funcs):
+        raise PresetError("reward_funcs must be a non-empty list of functions f(prompts, completions, **columns) -> "
+                          "list[float]. Fix: pass e.g. [correctness_reward, my_reward]")
+    run_dir = Path(options.run_dir) if options.run_dir else \
+        Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    checkpoint_dir = options.checkpoint_dir
+    if options.drive and checkpoint_dir is None:
         from helpers.checkpoints import checkpoint_root
 
         checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
-    from helpers.distributed import on_main_then_share
-
+    run = Run(preset=preset, options=options, reward_funcs=reward_funcs, runtime=runtime, dist=dist, plan=None,
+              save_steps=default_save_steps(preset) if options.save_steps is None else options.save_steps,
+              gpu=runtime.total_gpu_gb if runtime.has_gpu else "t4")
+    config = run.config()
     # several processes: process 0 plans (creates or refuses) the folder and every process uses its plan
-    plan = on_main_then_share(lambda: plan_run(run_dir, preset.name, args.overwrite, resume=args.resume,
-                                               checkpoint_dir=checkpoint_dir, config=config),
-                              cpu=preset.backend == "cpu")
-    run_dir = plan.run_dir
-    save_steps = default_save_steps(preset) if args.save_steps is None else args.save_steps
+    run.plan = on_main_then_share(lambda: plan_run(run_dir, preset.name, options.overwrite, resume=options.resume,
+                                                   checkpoint_dir=checkpoint_dir, config=config),
+                                  cpu=preset.backend == "cpu")
     print(f"[grpo-kit] {runtime.describe()}")
     print(f"[grpo-kit] preset {preset.name}: {preset.description}")
-    if dist_info.is_main:
-        (run_dir / "config.json").write_text(json.dumps(preset.to_dict(), indent=2, default=list))
-    if save_steps and dist_info.is_main:
-        plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        if run_dir.resolve() not in plan.checkpoint_dir.resolve().parents:  # e.g. on Drive: keep what resume needs
-            shutil.copy2(run_dir / "config.json", plan.checkpoint_dir / "config.json")
-        print(f"[grpo-kit] a checkpoint every {save_steps} steps in {plan.checkpoint_dir} (the last "
-              f"{args.keep} kept); run the same command again to resume after an interruption")
+    print(f"[grpo-kit] rewards: {', '.join(config['reward_funcs'])}")
+    if dist.is_main:
+        (run.run_dir / "config.json").write_text(json.dumps(config, indent=2))
+    if run.save_steps and dist.is_main:
+        run.plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        if run.run_dir.resolve() not in run.plan.checkpoint_dir.resolve().parents:  # e.g. Drive: keep what resume needs
+            shutil.copy2(run.run_dir / "config.json", run.plan.checkpoint_dir / "config.json")
+        print(f"[grpo-kit] a checkpoint every {run.save_steps} steps in {run.plan.checkpoint_dir} (the last "
+              f"{options.keep} kept); run the same command again to resume after an interruption")
+    return run
 
-    started = time.time()
+
+def load_model(run: Run):
+    """Step 2: (model, tokenizer) with a fresh LoRA adapter (helpers.model.load; notebook 02 shows the calls)."""
     from helpers.model import load
+    from helpers.oom_doctor import oom_advice
 
-    gpu = runtime.total_gpu_gb if runtime.has_gpu else "t4"  # the card we are on, or the one students use
-    with oom_advice(preset, gpu=gpu):  # vLLM's KV-cache reservation can fail while loading
-        model, tokenizer = load(preset, runtime)
-    from helpers.rewards import DEFAULT_REWARDS  # after the model: Unsloth must be imported before TRL
-    from helpers.training import build_grpo_config
+    with oom_advice(run.preset, gpu=run.gpu):  # vLLM's KV-cache reservation can fail while loading
+        run.model, run.tokenizer = load(run.preset, run.runtime)
+    return run.model, run.tokenizer
 
-    train, heldout, dropped = build_datasets(preset, tokenizer)
-    print(f"[grpo-kit] {len(train)} training prompts ({dropped} dropped as longer than "
-          f"{preset.max_prompt_length} tokens), {len(heldout)} held-out questions")
 
-    from helpers.evaluation import load_before, save_before
+def load_data(run: Run):
+    """Step 3: (training Dataset, held-out rows); prompts longer than max_prompt_length are dropped."""
+    train_dataset, heldout, dropped = build_datasets(run.preset, run.tokenizer)
+    print(f"[grpo-kit] {len(train_dataset)} training prompts ({dropped} dropped as longer than "
+          f"{run.preset.max_prompt_length} tokens), {len(heldout)} held-out questions")
+    return train_dataset, heldout
 
-    before = load_before([run_dir / "before.json", plan.checkpoint_dir / "before.json"], preset) \
+
+def evaluate_before(run: Run, heldout) -> dict | None:
+    """Step 4: greedy accuracy before training (a resumed run reuses before.json: its model is partly trained)."""
+    from helpers.evaluation import evaluate, load_before, save_before
+
+    plan = run.plan
+    before = load_before([run.run_dir / "before.json", plan.checkpoint_dir / "before.json"], run.preset) \
         if plan.continuing else None
-    if not dist_info.is_main:
-        before = None  # several processes: process 0 evaluates and writes; the others go straight to training
-    elif before is None:
+    if not run.dist.is_main:
+        return None  # several processes: process 0 evaluates and writes; the others go straight to training
+    if before is None:
         print("[grpo-kit] evaluating before training ...")
-        before = evaluate(model, tokenizer, heldout, preset)
-        save_before(run_dir / "before.json", before, preset)
-        if save_steps and run_dir.resolve() not in plan.checkpoint_dir.resolve().parents:
-            shutil.copy2(run_dir / "before.json", plan.checkpoint_dir / "before.json")
+        before = evaluate(run.model, run.tokenizer, heldout, run.preset)
+        save_before(run.run_dir / "before.json", before, run.preset)
+        if run.save_steps and run.run_dir.resolve() not in plan.checkpoint_dir.resolve().parents:
+            shutil.copy2(run.run_dir / "before.json", plan.checkpoint_dir / "before.json")
     else:
         print("[grpo-kit] before: reusing before.json from the first start (not re-evaluated with a partly trained "
               "adapter)")
-    if before is not None:
-        print(f"[grpo-kit] before: accuracy {before['accuracy']:.2f}, format {before['format_rate']:.2f}")
+    print(f"[grpo-kit] before: accuracy {before['accuracy']:.2f}, format {before['format_rate']:.2f}")
+    return before
 
-    from trl import GRPOTrainer
 
+def grpo_config(run: Run):
+    """The trl.GRPOConfig of this preset on this runtime (helpers.training.grpo_config_kwargs, contract-tested)."""
+    from helpers.training import build_grpo_config
+
+    return build_grpo_config(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),
+                             save_steps=run.save_steps)
+
+
+def check_config(run: Run, config) -> None:
+    """Raise PresetError where a GRPOConfig written by hand (notebook 05) differs from the preset's."""
+    want = grpo_config(run)  # compared as GRPOConfig holds them (it normalises e.g. report_to="none" to [])
+    diff = [f"{k}: config has {getattr(config, k, None)!r}, the preset gives {getattr(want, k)!r}"
+            for k in sorted(want.to_dict()) if getattr(config, k, None) != getattr(want, k)]
+    if diff:
+        raise PresetError("the GRPOConfig differs from the preset (" + "; ".join(diff) + "). Fix: change the preset "
+                          "(setup.prepare(..., field=value)) rather than the config, so config.json says what ran")
+
+
+def kit_callbacks(run: Run) -> list:
+    """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard."""
     from helpers.distributed import rank_marker_callbacks
+    from helpers.memory_monitor import MemoryMonitor
+    from helpers.metrics import MetricsRecorder, read_metrics
 
-    if preset.backend == "cpu":
+    # The monitor adds memory/* to the logs, so it must come before the recorder that writes them.
+    callbacks = [MemoryMonitor(), MetricsRecorder(run.run_dir / "metrics.jsonl")] + rank_marker_callbacks()
+    if run.save_steps and run.dist.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
+        from helpers.checkpoints import KeepLastCheckpoints
+
+        callbacks.append(KeepLastCheckpoints(run.plan.checkpoint_dir, run.options.keep))
+    if run.options.dashboard != "off" and run.dist.is_main:
+        from helpers.dashboard import TrainingDashboard
+
+        callbacks.append(TrainingDashboard(run.run_dir, mode=run.options.dashboard,
+                                           history=read_metrics(run.run_dir / "metrics.jsonl"),
+                                           max_completion_length=run.preset.max_completion_length,
+                                           title=f"GRPO on {run.preset.model_name}"))
+    return callbacks
+
+
+def patch_for_backend(run: Run) -> None:
+    """CPU: TRL's log-prob kernel is Triton-only; swap in the plain-PyTorch one (helpers.cpu_compat)."""
+    if run.preset.backend == "cpu":
         from helpers.cpu_compat import patch_trl_for_cpu
 
         patch_trl_for_cpu()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=DEFAULT_REWARDS,
-        args=build_grpo_config(preset, runtime, output_dir=str(plan.checkpoint_dir), save_steps=save_steps),
-        train_dataset=train,
-        processing_class=tokenizer,
-        # The monitor adds memory/* to the logs, so it must come before the recorder that writes them.
-        callbacks=[MemoryMonitor(), MetricsRecorder(run_dir / "metrics.jsonl")] + rank_marker_callbacks(),
+
+
+def build_trainer(run: Run, train_dataset):
+    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out."""
+    from trl import GRPOTrainer
+
+    patch_for_backend(run)
+    return GRPOTrainer(
+        model=run.model,
+        processing_class=run.tokenizer,
+        reward_funcs=run.reward_funcs,
+        args=grpo_config(run),
+        train_dataset=train_dataset,
+        callbacks=kit_callbacks(run),
     )
-    if save_steps and dist_info.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
-        from helpers.checkpoints import KeepLastCheckpoints
 
-        trainer.add_callback(KeepLastCheckpoints(plan.checkpoint_dir, args.keep))
-    if args.dashboard != "off" and dist_info.is_main:
-        from helpers.dashboard import TrainingDashboard
 
-        TrainingDashboard(run_dir, mode=args.dashboard, history=read_metrics(run_dir / "metrics.jsonl"),
-                          max_completion_length=preset.max_completion_length,
-                          title=f"GRPO on {preset.model_name}").attach(trainer)
-    train_started = time.time()
-    resume_from = str(plan.resume_from.path) if plan.resume_from is not None else None
-    with oom_advice(preset, gpu=gpu):  # an OOM prints the cheapest changes that fit, then re-raises
-        trainer.train(resume_from_checkpoint=resume_from)
-    train_seconds = time.time() - train_started
+def connect(trainer) -> None:
+    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions."""
+    from helpers.dashboard import TrainingDashboard
 
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TrainingDashboard) and callback.trainer is None:
+            callback.trainer = trainer
+
+
+def resume_checkpoint(run: Run) -> str | None:
+    """The checkpoint trainer.train(resume_from_checkpoint=...) continues from (None: a fresh start)."""
+    return str(run.plan.resume_from.path) if run.plan.resume_from is not None else None
+
+
+def train(run: Run, trainer) -> None:
+    """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
+    from helpers.oom_doctor import oom_advice
+
+    connect(trainer)
+    with oom_advice(run.preset, gpu=run.gpu):
+        trainer.train(resume_from_checkpoint=resume_checkpoint(run))
+
+
+def _train_seconds(trainer) -> float:
+    """trainer.train()'s own train_runtime (the last log entry), 0.0 when it logged none."""
+    ends = [e["train_runtime"] for e in trainer.state.log_history if "train_runtime" in e]
+    return float(ends[-1]) if ends else 0.0
+
+
+def finish(run: Run, trainer, heldout, before) -> dict:
+    """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json."""
     from helpers.distributed import save_adapter_once, zero3_active
-
-    zero3 = dist_info.distributed and zero3_active()
+    from helpers.evaluation import (eval_report, evaluate, pass_at_k_before_after, summary_of, write_eval,
+                                    write_samples)
+    from helpers.metrics import plot_rewards, read_metrics
     from helpers.sharing import save_adapter
 
+    preset, model, tokenizer, run_dir = run.preset, run.model, run.tokenizer, run.run_dir
+    zero3 = run.dist.distributed and zero3_active()
     # The run folder's own output: plan_run already refused to touch a finished run without --overwrite.
     adapter = save_adapter_once(trainer, model, tokenizer, run_dir / "adapter",
-                                lambda m, t, p: save_adapter(m, t, p, overwrite=True), dist_info)
-    if not dist_info.is_main:
+                                lambda m, t, p: save_adapter(m, t, p, overwrite=True), run.dist)
+    if not run.dist.is_main:
         return {}  # every process trained; process 0 evaluates and writes the results
     if zero3:  # the trained weights are sharded across the processes: evaluate a fresh copy with the saved adapter
         from helpers.model import load_trl_vllm
@@ -308,35 +552,50 @@ def run(args) -> dict:
     print("[grpo-kit] evaluating after training ...")
     after = evaluate(model, tokenizer, heldout, preset, lora_path=adapter if preset.backend == "unsloth" else None)
     print(f"[grpo-kit] after: accuracy {after['accuracy']:.2f}, format {after['format_rate']:.2f}")
-
     write_samples(run_dir / "samples.jsonl", before, after)
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    plot_rewards(rows, run_dir / "reward_curve.png", title=f"GRPO on {preset.model_name}")
+    plot_rewards(read_metrics(run_dir / "metrics.jsonl"), run_dir / "reward_curve.png",
+                 title=f"GRPO on {preset.model_name}")
     summary = {
         "preset": preset.name,
         "model": preset.model_name,
         "backend": preset.backend,
         "steps": trainer.state.global_step,
-        "wall_seconds": round(time.time() - started, 1),
-        "train_seconds": round(train_seconds, 1),
+        "wall_seconds": round(time.time() - run.started, 1),
+        "train_seconds": round(_train_seconds(trainer), 1),
         "before": summary_of(before),
         "after": summary_of(after),
-        "runtime": runtime.describe(),
+        "reward_funcs": reward_names(run.reward_funcs),
+        "runtime": run.runtime.describe(),
     }
-    from helpers.evaluation import eval_report, pass_at_k_before_after, write_eval
-
-    k_samples = args.pass_k_samples
     pass_k = None
-    if k_samples:
-        print(f"[grpo-kit] sampled pass@k with {k_samples} samples per question, before and after ...")
-        pass_k = pass_at_k_before_after(model, tokenizer, heldout, preset, n=k_samples, adapter_path=adapter)
+    if run.options.pass_k_samples:
+        k = run.options.pass_k_samples
+        print(f"[grpo-kit] sampled pass@k with {k} samples per question, before and after ...")
+        pass_k = pass_at_k_before_after(model, tokenizer, heldout, preset, n=k, adapter_path=adapter)
     write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
-    if plan.resume_from is not None:
-        summary["resumed_from_step"] = plan.resume_from.step
+    if run.plan.resume_from is not None:
+        summary["resumed_from_step"] = run.plan.resume_from.step
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"[grpo-kit] results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
           "samples.jsonl, adapter/")
     return summary
+
+
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
+    """Every step in order: what `python -m helpers.train` does, and what notebook 05 does cell by cell."""
+    run = prepare(preset, options, reward_funcs)
+    load_model(run)
+    train_dataset, heldout = load_data(run)
+    before = evaluate_before(run, heldout)
+    trainer = build_trainer(run, train_dataset)
+    train(run, trainer)
+    return finish(run, trainer, heldout, before)
+
+
+def run(args) -> dict:
+    """The command line's job from parsed arguments (parse_args)."""
+    rt.start_gpu_process(args.preset)  # GPU: allocator settings before CUDA, Unsloth before transformers/TRL
+    return run_all(get_preset(args.preset, **overrides_from(args)), options_from(args))
 
 
 def main(argv=None) -> int:

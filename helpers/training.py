@@ -6,65 +6,79 @@ A preset holds every number a run depends on, so a notebook, the CLI and the tes
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 from helpers.runtime import Runtime
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def _knob(default=MISSING, help: str = "", **kw):
+    """A Preset field with its help text: the one place the CLI's --help and the notebooks' tables read it from."""
+    if default is MISSING:
+        return field(metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
 @dataclass(frozen=True)
 class Preset:
-    name: str
-    description: str
+    """Every number a run depends on. `python -m helpers.train` has one flag per field (help text below)."""
+
+    name: str = _knob(help="the preset's name (--preset picks one of PRESETS)")
+    description: str = _knob(help="one line saying what the recipe is for")
     # model
-    model_name: str
-    backend: str  # "unsloth" (GPU: 4-bit + vLLM) or "cpu" (transformers + peft, embedded model)
-    max_seq_length: int
-    load_in_4bit: bool = False
-    fast_inference: bool = False
-    gpu_memory_utilization: float | None = None
+    model_name: str = _knob(help="the model to train (the cpu backend trains only the embedded SmolLM2-135M)")
+    backend: str = _knob(help="'unsloth' (one GPU: 4-bit + vLLM), 'cpu' (transformers + peft, embedded model) or "
+                              "'trl-vllm' (several GPUs: TRL's own vLLM)")
+    max_seq_length: int = _knob(help="longest prompt + completion in tokens (Unsloth's context; checked on CPU)")
+    load_in_4bit: bool = _knob(False, "load the base weights in 4 bits (Unsloth/bitsandbytes, GPU only)")
+    fast_inference: bool = _knob(False, "generate with vLLM sharing the model's weights (Unsloth, GPU only)")
+    gpu_memory_utilization: float | None = _knob(
+        None, "fraction of the GPU vLLM reserves up front for weights + KV cache (GPU only; 'none' on CPU)")
     # backend "trl-vllm" (several GPUs, no Unsloth): TRL's own vLLM, "colocate" (an engine inside every training
     # process, gpu_memory_utilization of its GPU) or "server" (`trl vllm-serve` on GPUs of its own; docs/scale-out.md)
-    vllm_mode: str = "colocate"
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_server_timeout: float = 240.0  # seconds the trainer waits for the server to answer /health
-    vllm_tensor_parallel_size: int = 1  # colocate: GPUs per engine; server: what to pass to trl vllm-serve
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_target_modules: tuple[str, ...] = LORA_TARGETS
+    vllm_mode: str = _knob("colocate", "trl-vllm backend: 'colocate' (vLLM in each training process) or 'server'")
+    vllm_server_host: str = _knob("127.0.0.1", "trl-vllm server mode: host of `trl vllm-serve`")
+    vllm_server_port: int = _knob(8000, "trl-vllm server mode: port of `trl vllm-serve`")
+    vllm_server_timeout: float = _knob(240.0, "trl-vllm server mode: seconds to wait for the server's /health")
+    vllm_tensor_parallel_size: int = _knob(1, "trl-vllm: GPUs per vLLM engine (server: pass it to trl vllm-serve)")
+    lora_rank: int = _knob(16, "LoRA rank r (also Unsloth's max_lora_rank for vLLM)")
+    lora_alpha: int = _knob(32, "LoRA alpha: the adapter's update is scaled by alpha / r")
+    lora_target_modules: tuple[str, ...] = _knob(LORA_TARGETS, "layers that get a LoRA adapter (comma-separated)")
     # data
-    dataset: str = "synthetic"  # "synthetic" or "gsm8k"
-    train_size: int = 2000
-    eval_size: int = 50
-    synthetic_levels: tuple[int, ...] = (1,)
-    worked_example: bool = True
-    max_prompt_length: int = 256  # enforced by helpers.data.filter_long_prompts (TRL >= 1.0 does not truncate)
+    dataset: str = _knob("synthetic", "'synthetic' (offline word problems) or 'gsm8k'")
+    train_size: int = _knob(2000, "training questions")
+    eval_size: int = _knob(50, "held-out questions evaluated before and after training")
+    synthetic_levels: tuple[int, ...] = _knob((1,), "synthetic dataset: difficulty levels (comma-separated)")
+    worked_example: bool = _knob(True, "show one solved example as a prior chat turn in every prompt")
+    # enforced by helpers.data.filter_long_prompts (TRL >= 1.0 does not truncate)
+    max_prompt_length: int = _knob(256, "prompts longer than this many tokens are dropped from training")
     # GRPO
-    num_generations: int = 8
-    per_device_train_batch_size: int = 8  # counts completions, not prompts (TRL >= 0.18)
-    gradient_accumulation_steps: int = 1
-    max_completion_length: int = 64
-    temperature: float = 1.0
+    num_generations: int = _knob(8, "completions per prompt (the group GRPO compares)")
+    per_device_train_batch_size: int = _knob(
+        8, "completions per step on each device, not prompts (TRL >= 0.18); a multiple of num_generations")
+    gradient_accumulation_steps: int = _knob(1, "batches per optimizer step")
+    max_completion_length: int = _knob(64, "tokens per sampled completion during training")
+    temperature: float = _knob(1.0, "sampling temperature during training (> 0 so a group's completions differ)")
     # How TRL scales group-relative advantages: "group" (GRPO) divides by each group's reward std; "none"
     # (Dr. GRPO) keeps them in reward units. On the cpu demo "none" learned less (measured, 30 steps, T=0.8:
     # accuracy 0.22 -> 0.22 against 0.22 -> 0.32 with "group"), so every preset keeps TRL's default.
-    scale_rewards: str = "group"
-    beta: float = 0.0  # > 0 loads a reference model: more memory
-    learning_rate: float = 5e-4
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    lr_scheduler_type: str = "constant"
-    max_grad_norm: float = 1.0
-    optim: str = "adamw_torch"
-    gradient_checkpointing: bool = False
-    max_steps: int = 30
-    logging_steps: int = 1
-    seed: int = 0
+    scale_rewards: str = _knob("group", "advantage scaling: 'group' (divide by each group's std), 'batch' or 'none'")
+    beta: float = _knob(0.0, "KL coefficient against the reference model (> 0 loads a reference model: more memory)")
+    learning_rate: float = _knob(5e-4, "optimizer learning rate")
+    weight_decay: float = _knob(0.0, "AdamW weight decay")
+    warmup_steps: int = _knob(0, "learning-rate warm-up steps")
+    lr_scheduler_type: str = _knob("constant", "learning-rate schedule (transformers' names: constant, cosine, ...)")
+    max_grad_norm: float = _knob(1.0, "gradient clipping norm")
+    optim: str = _knob("adamw_torch", "optimizer (adamw_8bit needs a GPU)")
+    gradient_checkpointing: bool = _knob(False, "recompute activations in the backward pass: less memory, slower")
+    max_steps: int = _knob(30, "GRPO optimizer steps")
+    logging_steps: int = _knob(1, "log (metrics.jsonl, dashboard) every N steps")
+    seed: int = _knob(0, "random seed (data split, LoRA init, sampling)")
     # evaluation
-    eval_max_new_tokens: int = 64
-    extra: dict = field(default_factory=dict)
+    eval_max_new_tokens: int = _knob(64, "tokens per answer when evaluating before and after")
+    extra: dict = _knob(help="free-form notes kept in config.json (e.g. the accelerate config a recipe uses)",
+                        default_factory=dict)
 
     @property
     def prompts_per_step(self) -> int:
@@ -280,6 +294,7 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
             bad("vllm_server_port", "is not a TCP port", "use e.g. 8000 (and the same --port for trl vllm-serve)")
     if p.dataset not in ("synthetic", "gsm8k"):
         bad("dataset", "must be 'synthetic' or 'gsm8k'", "pick one of the two")
+    refuse_unused_settings(p)
     if p.lora_alpha <= 0:
         bad("lora_alpha", "must be positive", "use 1-2x lora_rank")
     if p.eval_size < 1 or p.train_size < p.prompts_per_step:
@@ -301,6 +316,58 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
             pass  # the CPU demo also runs on a GPU machine, on the CPU, on purpose: it is the reference run
         if p.optim.endswith("8bit") and not runtime.has_gpu:
             bad("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on CPU")
+
+
+# Where each Preset field takes effect. Every field is also written to the run's config.json.
+GRPO_CONFIG_FIELDS = ("learning_rate", "weight_decay", "warmup_steps", "lr_scheduler_type", "max_grad_norm", "optim",
+                      "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                      "max_completion_length", "temperature", "scale_rewards", "beta", "max_steps", "logging_steps",
+                      "seed")  # passed to trl.GRPOConfig under the same name
+MODEL_FIELDS = ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
+                "lora_rank", "lora_alpha", "lora_target_modules", "gradient_checkpointing")  # helpers.model's loaders
+DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked_example",
+               "max_prompt_length", "eval_max_new_tokens")  # helpers.train.load_data / helpers.evaluation
+VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+               "vllm_tensor_parallel_size")  # trl-vllm backend only: GRPOConfig's vllm_* arguments
+RECORD_FIELDS = ("name", "description", "extra")  # bookkeeping: config.json only
+
+
+def refuse_unused_settings(p: Preset) -> None:
+    """Raise PresetError for a setting this backend would silently ignore (name the field and the fix)."""
+    default = {f.name: (f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default)
+               for f in fields(Preset)}
+
+    def refuse(name, why, fix):
+        raise PresetError(f"{name}={getattr(p, name)!r} cannot apply: {why}. Fix: {fix}.")
+
+    if p.backend == "cpu":
+        cpu_model = PRESETS["cpu"].model_name if "cpu" in PRESETS else p.model_name
+        if p.model_name != cpu_model:
+            refuse("model_name", "the cpu backend trains only the embedded SmolLM2-135M (no download)",
+                   "leave model_name as the cpu preset has it; other models need a GPU preset (e.g. t4)")
+        for name, why in (("load_in_4bit", "4-bit loading needs bitsandbytes on a GPU"),
+                          ("fast_inference", "vLLM generation needs a GPU")):
+            if getattr(p, name):
+                refuse(name, f"{why}; the cpu backend loads fp32 weights and generates with transformers",
+                       f"set {name}=False, or use a GPU preset (e.g. t4) on a GPU")
+        if p.gpu_memory_utilization is not None:
+            refuse("gpu_memory_utilization", "it is vLLM's share of a GPU and the cpu backend runs no vLLM",
+                   "leave it None on the cpu backend (on a GPU preset it sets vLLM's reservation)")
+        if p.optim.endswith("8bit"):
+            refuse("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on the cpu backend")
+    if p.backend == "trl-vllm":
+        for name in ("load_in_4bit", "fast_inference"):
+            if getattr(p, name):
+                refuse(name, "the trl-vllm backend loads 16-bit weights and always generates with TRL's vLLM",
+                       f"set {name}=False (4-bit + shared vLLM weights is the unsloth backend)")
+    else:
+        for name in VLLM_FIELDS:
+            if getattr(p, name) != default[name]:
+                refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
+                             f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.dataset == "gsm8k" and tuple(p.synthetic_levels) != default["synthetic_levels"]:
+        refuse("synthetic_levels", "it picks the synthetic dataset's difficulty and this preset trains on gsm8k",
+               "leave it at (1,), or set dataset='synthetic'")
 
 
 def precision_flags(runtime: Runtime) -> dict:
@@ -344,9 +411,9 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
         report_to="none",
         seed=p.seed,
         disable_tqdm=False,
-        # Unsloth enables its own checkpointing on the model (use_gradient_checkpointing="unsloth");
-        # TRL's would wrap it a second time, so TRL's flag stays off in both backends.
-        gradient_checkpointing=False,
+        # Unsloth enables its own checkpointing on the model (use_gradient_checkpointing="unsloth"), so TRL's
+        # would wrap it a second time: off there. On the cpu backend TRL's is the only one, so it follows the preset.
+        gradient_checkpointing=p.gradient_checkpointing if on_cpu else False,
         # GPU: generate with the vLLM engine Unsloth attached to the model (fast_inference=True), colocated.
         # CPU: TRL's own transformers generate; TRL then never imports vllm.
         use_vllm=(p.backend == "unsloth" and p.fast_inference),

@@ -30,8 +30,9 @@ SOURCE = REPO / "notebooks"
 PATTERN = "0[1-7]_*.ipynb"
 MARKER = "# SOLUTION"
 TASK_RE = re.compile(r"^#\s*Exercise\s+([\w.]+):\s*(.+?)\s*$", re.M)
-STUDENT_NOTE = ("> **Student version.** Exercise cells raise `NotImplementedError` until you replace them with your "
-                "answer; run the check cell after each one. Instructors: the solutions are in `notebooks/`.\n\n")
+STUDENT_NOTE = ("> **Student version.** Exercise cells keep the names and signatures, with blanks for you to fill; "
+                "run the check cell after each one (it says \"not answered yet\" until you do). \"Run all\" reaches "
+                "the end either way. Instructors: the solutions are in `notebooks/`.\n\n")
 
 
 class StudentNotebookError(ValueError):
@@ -49,15 +50,43 @@ def task_of(source: str, where: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
+def scaffold(body: str, task: str) -> list[str]:
+    """The solution's skeleton: imports kept, each function's signature (and docstring) kept with a body that
+    raises NotImplementedError, each top-level `name = ...` kept as a blank (`...`). So a skipped exercise leaves
+    every name defined: its check says "not answered yet" and the cells after it still run."""
+    import ast
+
+    lines = body.splitlines()
+    tree = ast.parse(body)
+    out = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(ast.get_source_segment(body, node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0]
+            keep_until = first.end_lineno if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                                              and isinstance(first.value.value, str)) else first.lineno - 1
+            out += lines[node.lineno - 1 : keep_until]
+            indent = " " * first.col_offset
+            out.append(f"{indent}# your code here, then delete the next line")
+            out.append(f"{indent}raise NotImplementedError({('Student exercise: ' + task)!r})")
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            out.append(f"{node.targets[0].id} = ...  # your answer here")
+    return out
+
+
 def strip_solution(source: str, where: str = "a cell") -> str:
     lines = source.splitlines()
     if MARKER not in [line.strip() for line in lines]:
         raise StudentNotebookError(f"{where}: a cell tagged 'solution' needs a '{MARKER}' line")
     cut = [line.strip() for line in lines].index(MARKER)
     label, task = task_of(source, where)
-    message = f"Student exercise: {task}"
-    return "\n".join([*lines[:cut], "# Your answer here: replace the next line with your code, then run the check cell.",
-                      f"raise NotImplementedError({message!r})"])
+    skeleton = scaffold("\n".join(lines[cut + 1:]), task)
+    if not skeleton:  # nothing to keep a name for: the old placeholder
+        return "\n".join([*lines[:cut], "# Your answer here: replace the next line with your code, then run the "
+                          "check cell.", f"raise NotImplementedError({('Student exercise: ' + task)!r})"])
+    return "\n".join([*lines[:cut], "# Fill in the blanks (the check cell says 'not answered yet' until you do; the "
+                      "cells after it run either way).", *skeleton])
 
 
 def student_version(nb, name: str):

@@ -53,8 +53,9 @@ RIGHT = {
     ("nb03", "q1"): gold_right,
     ("nb04", "q1"): brevity_right,
     ("nb04", "q2"): advantages_right,
-    ("nb05", "q1"): E.largest_fitting_generations(),
+    ("nb05", "q1"): lambda p, g: p ** g + (1 - p) ** g,
     ("nb05", "q2"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb05", "q3"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
 }
@@ -95,10 +96,10 @@ WRONG = [
     ("nb04", "q2", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
     ("nb04", "q2", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
     ("nb04", "q2", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
-    ("nb05", "q1", 2, ["num_generations=2", "fits too"]),
-    ("nb05", "q1", 64, ["num_generations=64", "does not fit"]),
-    ("nb05", "q1", 1, ["num_generations=1", "at least 2"]),
-    ("nb05", "q1", "eight", ["whole number"]),
+    ("nb05", "q1", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
+    ("nb05", "q1", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
+    ("nb05", "q1", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
+    ("nb05", "q1", 0.5, ["pass the function itself"]),
     ("nb05", "q2", {"A": "healthy", "B": "healthy", "C": "length cap", "D": "no learning signal"},
      ["run A", "'reward collapse'", "collapsed"]),
     ("nb05", "q2", {"A": "reward collapse", "B": "healthy", "C": "no learning signal", "D": "no learning signal"},
@@ -110,6 +111,9 @@ WRONG = [
     ("nb05", "q2", {"A": "reward collapse"}, ["run B", "no diagnosis"]),
     ("nb05", "q2", {"A": "overfitting", "B": "healthy", "C": "length cap", "D": "no learning signal"},
      ["run A", "not one of the choices"]),
+    ("nb05", "q3", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
+    ("nb05", "q3", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
+    ("nb05", "q3", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
     ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
     ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
@@ -150,7 +154,10 @@ def test_wrong_answer_fails_and_names_the_case(ns, q, answer, words):
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
 def test_no_answer_says_what_to_do(key):
     result = _exercise(*key).check()
-    assert not result.passed and "no answer yet" in result.message and result.case is None
+    assert not result.passed and "not answered yet" in result.message and result.case is None
+
+
+VALUE_ANSWERS = ("diagnoses", "largest_completion_length")
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
@@ -168,7 +175,7 @@ def test_printed_solution_passes_its_own_check(key, capsys):
 
         scope.update(estimate=estimate, t4=get_preset("t4"))
     exec(compile(source, f"<solution {key}>", "exec"), scope)  # noqa: S102 - our own reference solution
-    answer = scope.get("answer")
+    answer = next((scope[k] for k in VALUE_ANSWERS if k in scope), None)  # one name per exercise, never reused
     if answer is None:
         answer = next(v for k, v in scope.items() if callable(v) and not k.startswith("_")
                       and getattr(v, "__module__", None) is None and k not in ("completion_text", "estimate"))
@@ -192,3 +199,16 @@ def test_plot_runs_draws_four_panels():
 
 def test_advantage_checker_uses_trl_formula():
     assert E.nb04.q2.check(lambda r: group_advantages(r)).passed
+
+
+def test_an_unanswered_exercise_says_not_answered_yet():
+    def placeholder(*args, **kwargs):  # what a student copy's function body is until answered
+        raise NotImplementedError("Student exercise: ...")
+
+    for ns, space in E.ALL.items():
+        for q in [q for q in vars(space) if q.startswith("q")]:
+            for answer in (Ellipsis, None, placeholder):
+                result = getattr(space, q).check(answer)
+                if answer is placeholder and not callable(RIGHT[(ns, q)]):
+                    continue  # a value answer: the placeholder is ... (Ellipsis), checked above
+                assert not result.passed and "not answered yet" in result.message, (ns, q, answer, result)

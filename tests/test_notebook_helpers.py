@@ -151,31 +151,24 @@ def _tiny_kit(tmp_path):
 
 def test_train_run_resumes_by_default_and_overwrites_only_when_asked(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(train, "run", lambda args: seen.append(args) or {"steps": 2})
+    monkeypatch.setattr(train, "run_all", lambda preset, options, reward_funcs=None: seen.append(
+        (preset, options, reward_funcs)) or {"steps": 2})
     kit = _tiny_kit(tmp_path)
-    course.train_run(kit, save_steps=1, keep=3, checkpoint_dir=tmp_path / "ck", dashboard="headless")
-    args = seen[-1]
-    assert not args.overwrite and args.resume is None  # auto: an unfinished run in RUN_DIR is resumed
-    assert args.save_steps == 1 and args.keep == 3 and args.checkpoint_dir == tmp_path / "ck"
-    assert args.dashboard == "headless"
+    course.train_run(kit, save_steps=1, keep=3, checkpoint_dir=tmp_path / "ck", dashboard="headless", beta=0.04)
+    preset, options, rewards = seen[-1]
+    assert not options.overwrite and options.resume is None  # auto: an unfinished run in RUN_DIR is resumed
+    assert options.save_steps == 1 and options.keep == 3 and options.checkpoint_dir == tmp_path / "ck"
+    assert options.dashboard == "headless" and options.run_dir == tmp_path
+    assert preset.beta == 0.04 and preset.max_steps == 2 and rewards is None  # typed, not argv strings
     course.train_run(kit, overwrite=True)
-    assert seen[-1].overwrite
+    assert seen[-1][1].overwrite and seen[-1][0].beta == 0.0
 
 
 def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train, "run", lambda args: pytest.fail("a finished run must not be retrained"))
+    monkeypatch.setattr(train, "run_all", lambda *a, **k: pytest.fail("a finished run must not be retrained"))
     (tmp_path / "summary.json").write_text('{"steps": 2}')
     assert course.train_run(_tiny_kit(tmp_path)) == {"steps": 2}
     assert "already holds a finished run" in capsys.readouterr().out
-
-
-def test_checkpoint_dir_for_drive_needs_colab(tmp_path, monkeypatch):
-    for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:
-        monkeypatch.delenv(key)
-    kit = _tiny_kit(tmp_path)
-    assert course.checkpoint_dir_for(kit, use_drive=False) is None
-    with pytest.raises(ValueError, match="needs Google Colab"):
-        course.checkpoint_dir_for(kit, use_drive=True)
 
 
 def test_save_final_adapter_never_deletes_a_folder_silently(tmp_path, capsys):

@@ -15,12 +15,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from helpers.notebook_setup import LESSONS, REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[1-6]*.ipynb"))
 EXPECTED = ["01_setup", "02_load_model", "03_data", "04_rewards", "05_train", "06_evaluate_and_save"]
-REPO_SLUG = "grpo-course-kit/grpo-course-kit"
-REQUIRED_PARAMETERS = ("PRESET", "MAX_STEPS", "EVAL_SIZE", "RUN_DIR")
+# Every lesson, the memory lab included: badge, parameters and the shared setup cell (07 runs in its own test).
+ALL_LESSONS = sorted(NOTEBOOK_DIR.glob("0[1-7]*.ipynb"))
+REQUIRED_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "MAX_STEPS", "EVAL_SIZE", "RUN_DIR")
 
 # What CI runs: the cpu preset with the smallest settings that still exercise every step.
 TINY = {
@@ -66,7 +69,7 @@ def test_committed_without_outputs(path):
     assert not dirty, f"{path.name}: cells {dirty} have outputs or execution counts; clear them before committing"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_opens_with_badge_objectives_and_expected_time(path):
     nb = _read(path)
     first = nb.cells[0]
@@ -78,7 +81,7 @@ def test_opens_with_badge_objectives_and_expected_time(path):
     assert re.search(r"Expected time on a free Colab T4:\*\*[^\n]*\(estimate, not yet measured\)", first.source)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_parameters_cell_then_one_setup_cell(path):
     nb = _read(path)
     tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
@@ -92,18 +95,22 @@ def test_parameters_cell_then_one_setup_cell(path):
     assert len(setups) == 1, "exactly one setup cell"
     setup_index = nb.cells.index(setups[0])
     assert tagged[0] < setup_index <= 3, "parameters first, the setup cell right after, both near the top"
-    for name in (*REQUIRED_PARAMETERS, "NUM_GENERATIONS", "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS"):
+    for name in SETUP_CELL_PARAMETERS:
         assert re.search(rf"^{name}\s*=", params.source, re.M), f"the setup cell reads {name}; define it"
+    lesson = re.search(r'^LESSON\s*=\s*"([^"]+)"', params.source, re.M)
+    assert lesson and lesson.group(1) == path.stem, "LESSON names this notebook (helpers.notebook_setup.LESSONS)"
+    gpu_note = "needs the T4 runtime" if LESSONS[path.stem].needs_gpu else "no GPU needed"
+    assert gpu_note in params.source, f"the LESSON line says {gpu_note!r} (docs/colab.md)"
 
 
-def test_setup_cell_is_identical_everywhere():
-    sources = {p.stem: _setup_cells(_read(p))[0].source for p in NOTEBOOKS}
-    assert len(set(sources.values())) == 1, "the setup cell must be the same text in every notebook"
-    source = next(iter(sources.values()))
-    assert 'k.startswith("COLAB_")' in source
-    assert f"https://github.com/{REPO_SLUG}" in source and "/content/grpo-course-kit" in source
-    assert "install_if_colab" in source and "setup.prepare(" in source
-    assert len(source.splitlines()) <= 16, "keep the setup cell tiny: logic belongs in helpers/notebook_setup.py"
+def test_setup_cell_is_the_shared_one_everywhere():
+    """helpers.notebook_setup.SETUP_CELL is the one text (lessons/ carry it; scripts/set_repo.py keeps its slug)."""
+    for path in ALL_LESSONS:
+        assert _setup_cells(_read(path))[0].source.strip() == SETUP_CELL.strip(), (
+            f"{path.name}: the setup cell differs from helpers.notebook_setup.SETUP_CELL; copy it into lessons/{path.stem}.py")
+    assert f"https://github.com/{REPO_SLUG}" in SETUP_CELL and 'k.startswith("COLAB_")' in SETUP_CELL
+    assert "install_if_colab" in SETUP_CELL and "setup.prepare(" in SETUP_CELL
+    assert len(SETUP_CELL.splitlines()) <= 18, "keep the setup cell tiny: logic belongs in helpers/notebook_setup.py"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -122,7 +129,7 @@ def test_05_offers_the_dashboard_checkpoints_and_resume():
         assert re.search(rf"^{name}\s*=", params, re.M), f"05 needs the {name} parameter"
     assert re.search(r"^USE_DRIVE\s*=\s*False", params, re.M) and re.search(r"^OVERWRITE\s*=\s*False", params, re.M)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "course.checkpoint_dir_for(kit, use_drive=USE_DRIVE)" in code
+    assert "setup cell moved RUN_DIR" in code  # USE_DRIVE: the whole run folder on Drive (helpers.notebook_setup)
     assert "overwrite=OVERWRITE" in code and "dashboard.png" in code
     text = _markdown(nb)
     assert "live dashboard" in text and "run this cell again with the same `RUN_DIR`" in text
@@ -131,12 +138,73 @@ def test_05_offers_the_dashboard_checkpoints_and_resume():
 def test_06_evaluates_exports_and_shares():
     nb = _read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "save_final_adapter(",
+    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "course.empty_folder(",
                  "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "course.push_to_hub("):
         assert call in code, f"06 should call {call}"
     assert "Export (coming in a later lesson)" not in _markdown(nb)
     assert "HF_TOKEN" in _markdown(nb)
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", code + _markdown(nb)), "never a token in a notebook"
+
+
+def _code(name: str) -> str:
+    return "\n".join(c.source for c in _read(NOTEBOOK_DIR / f"{name}.ipynb").cells if c.cell_type == "code")
+
+
+def _keywords(code: str, call: str) -> set[str]:
+    """The keyword names passed to every call of `call` (e.g. 'GRPOConfig' or 'FastLanguageModel.from_pretrained')."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == call:
+            found |= {k.arg for k in node.keywords if k.arg}
+    return found
+
+
+# The calls a student's own GRPO project is made of, in the code cells of the lesson that teaches each.
+REAL_API = {
+    "02_load_model": ("FastLanguageModel.from_pretrained(", "FastLanguageModel.get_peft_model(", "get_peft_model(model, LoraConfig(",
+                      "AutoModelForCausalLM.from_pretrained("),
+    "04_rewards": ("def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs)", "answers_match(",
+                   "def my_strict_format_reward(", "course.compare_rewards(", "course.save_rewards(["),
+    "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "train.kit_callbacks(run)",
+                 "course.load_rewards(", "train.prepare(", "train.finish("),
+    "06_evaluate_and_save": ("model.fast_generate(", "lora_request=model.load_lora(", "model.save_lora(",
+                             "model.save_pretrained(", "sharing.export_merged(", "course.push_to_hub("),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_API))
+def test_the_real_api_is_written_in_code_cells(name):
+    code = _code(name)
+    missing = [call for call in REAL_API[name] if call not in code]
+    assert not missing, f"{name} should show {missing} in a code cell"
+    assert "course.train_run(" not in _code("05_train"), "05 trains through the written-out calls, not one helper"
+
+
+def test_02_passes_the_keywords_the_pinned_unsloth_accepts():
+    """The keyword names 02 writes out are the ones helpers.model passes (contract-tested against unsloth 2026.10.9)."""
+    from helpers.model import peft_lora_kwargs, unsloth_load_kwargs, unsloth_peft_kwargs
+    from helpers.training import get_preset
+
+    t4, code = get_preset("t4"), _code("02_load_model")
+    assert _keywords(code, "FastLanguageModel.from_pretrained") == set(unsloth_load_kwargs(t4))
+    assert _keywords(code, "FastLanguageModel.get_peft_model") == set(unsloth_peft_kwargs(t4))
+    assert _keywords(code, "LoraConfig") == set(peft_lora_kwargs(t4))
+
+
+def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
+    from helpers import runtime as rt
+    from helpers.training import get_preset, grpo_config_kwargs
+
+    code = _code("05_train")
+    written = _keywords(code, "GRPOConfig")
+    for preset, runtime in (("cpu", rt.fake_runtime("cpu")), ("t4", rt.fake_runtime("t4", on_colab=True))):
+        kit_keys = set(grpo_config_kwargs(get_preset(preset), runtime, save_steps=5))
+        assert kit_keys <= written, f"05's GRPOConfig(...) leaves out {kit_keys - written} ({preset})"
+    assert _keywords(code, "GRPOTrainer") == {"model", "processing_class", "reward_funcs", "args", "train_dataset",
+                                              "callbacks"}
+    assert "train.check_config(run, config)" in code  # the written-out config cannot drift from the preset
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -237,14 +305,21 @@ def test_04_rewards_runs(out_dir, shared_run_dir):
     assert "'total': 4.0" in text  # the playground's score dict
     assert "NAIVE rewards" in text and "repeated tags" in text
     assert "best hack under the kit's rewards" in text
+    assert text.count("agrees on all") == 5 and "DIFFERS" not in text  # the rewards written in cells = the kit's
+    assert "saved 1 reward function(s)" in text and (shared_run_dir / "my_rewards.py").is_file()
 
 
 @pytest.mark.slow
 def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
+    if not (shared_run_dir / "my_rewards.py").is_file():  # run alone (-k): 04 saves the student's reward first
+        _execute("04_rewards", out_dir, RUN_DIR=str(shared_run_dir))
     nb = _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
     rows = [json.loads(line) for line in (shared_run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == TINY["MAX_STEPS"]
     assert "reward" in rows[0] and "reward_std" in rows[0]
+    # the reward the student wrote in 04's exercise trained in 05: TRL logged it at every step
+    assert all("rewards/brevity_reward/mean" in row for row in rows), sorted(rows[0])
+    assert "brevity_reward" in json.loads((shared_run_dir / "config.json").read_text())["reward_funcs"]
     for name in ("reward_curve.png", "training_curves.png", "summary.json", "samples.jsonl",
                  "adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         assert (shared_run_dir / name).is_file(), f"05 must write {name}"
@@ -255,7 +330,7 @@ def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
     assert (shared_run_dir / "trainer" / f"checkpoint-{TINY['MAX_STEPS']}" / "trainer_state.json").is_file()
     text = _text(nb)
     assert "Correct!" in text, "the exercise solution before training passes its check"
-    assert "largest num_generations that fits" in text
+    assert "of groups of" in text and "have no spread" in text  # exercise 5.1 on this preset's num_generations
 
 
 PASS_K_SAMPLES = 2  # 06's sampled answers per question in CI
@@ -282,7 +357,7 @@ def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
     nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir), PASS_K_SAMPLES=PASS_K_SAMPLES)
     text = _text(nb)
     if had_adapter:
-        assert "using the adapter saved by 05_train" in text
+        assert "using the trained adapter in" in text
     _check_eval_outputs(shared_run_dir)
     assert "reloaded adapter gives the same greedy answers: True" in text
     assert "GGUF export skipped" in text and "HUB_REPO is None: nothing uploaded" in text
@@ -290,8 +365,10 @@ def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
 
 @pytest.mark.slow
 def test_06_stands_alone(out_dir, tmp_path):
-    """No adapter from 05: 06 says so, trains a tiny run itself (TRAIN_IF_MISSING defaults to True) and goes on."""
-    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"), PASS_K_SAMPLES=PASS_K_SAMPLES)
+    """No adapter anywhere: with TRAIN_IF_MISSING=True 06 says so, trains a tiny run itself and goes on (by default
+    it stops with where it looked and the fixes: helpers.notebook_setup.locate_adapter, tested on its own)."""
+    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"), PASS_K_SAMPLES=PASS_K_SAMPLES,
+                  TRAIN_IF_MISSING=True)
     text = _text(nb)
     assert "run 05_train first, or set TRAIN_IF_MISSING=True" in text
     _check_eval_outputs(tmp_path / "fresh-run")

@@ -51,6 +51,7 @@ def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tmp_path):
     run = tmp_path / "run"
     r = _cli("--preset", "cpu", "--max-steps", "2", "--eval-size", "3", "--num-generations", "4",
              "--batch-size", "8", "--max-completion-length", "32", "--eval-max-new-tokens", "24",
+             "--reward", "helpers.rewards:DEFAULT_REWARDS", "--reward", "tests.student_reward:brevity_reward",
              "--run-dir", str(run))
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"results in {run}" in r.stdout
@@ -64,6 +65,8 @@ def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
     assert all("reward" in row and "rewards/correctness_reward/mean" in row for row in rows)
+    assert all("rewards/brevity_reward/mean" in row for row in rows)  # a reward from outside the kit trained
+    assert json.loads((run / "config.json").read_text())["reward_funcs"][-1] == "brevity_reward"
     assert (run / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert len((run / "samples.jsonl").read_text().splitlines()) == 3
 

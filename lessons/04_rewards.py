@@ -1,0 +1,343 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/04_rewards.ipynb)
+#
+# # 04 · Rewards: scoring completions (and how they get gamed)
+#
+# GRPO samples a group of completions per question, scores each with reward functions, and pushes the model towards the ones that scored above their group's mean. The rewards are the whole specification of what "better" means - so we build them up one at a time, test them on completions we write by hand, play with them, and then try to cheat them.
+#
+# ## Learning objectives
+#
+# - Know the five rewards in `helpers.rewards`, what each pays for and its score range.
+# - Test rewards on hand-written completions before trusting them in training.
+# - Use the playground to see every reward react to an edit.
+# - Recognise reward hacking, and the defences: correctness dominates, strict format, tag counts that punish repetition.
+#
+# **Expected time on a free Colab T4:** about 15 min (no GPU needed) (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "04_rewards"         # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %%
+from helpers import prompts, rewards, reward_lab
+
+reward_lab.print_reward_rules()
+
+# %% [markdown]
+# ## Step 1: find the answer
+#
+# A reward is an ordinary Python function. Every reward that cares about the answer reads the **last**
+# `<answer>...</answer>` block; no block, no answer. Here it is, written out, and compared with the kit's tested
+# version (`helpers.rewards.answer_of`) on a few tricky texts:
+
+# %%
+import re
+
+def answer_from(text):
+    """The stripped content of the last <answer>...</answer> block, or None."""
+    blocks = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
+    return blocks[-1].strip() if blocks else None
+
+for text in ["<answer>12</answer>", "<answer>7</answer> no wait <answer>12</answer>", "The answer is 12.", "<answer>12"]:
+    print(f"{text!r:50} -> mine {answer_from(text)!r:6} kit {rewards.answer_of(text)!r}")
+
+# %% [markdown]
+# ## Step 2: is it correct? (2.0 points)
+#
+# Numbers are compared as numbers, not strings: `1,000` = `1000`, `$18` = `18`, `72.0` = `72`. An answer with two
+# numbers is wrong even if one of them is right, so hedging never pays. That comparison is fiddly and is tested in
+# the kit (`helpers.rewards.answers_match`, math-verify for expressions), so our reward uses it:
+
+# %%
+for pred, gold in [("12", "12"), ("1,000", "1000"), ("$18", "18"), ("72.0", "72"), ("12 apples", "12"), ("11 or 12", "12"), ("3/4", "0.75")]:
+    print(f"answers_match({pred!r:12}, {gold!r:7}) -> {rewards.answers_match(pred, gold)}")
+
+# %% [markdown]
+# ## Step 3: write the rewards
+#
+# TRL calls every reward function the same way: `f(prompts=..., completions=..., **columns) -> list[float]`, one
+# score per completion. The dataset's other columns arrive as keyword arguments, so the gold answers come in as
+# `answer=[...]` (one per completion). A completion is a string, or a list of chat messages on chat datasets:
+# `helpers.rewards.completion_text` gives the text either way.
+
+# %%
+from helpers.rewards import answers_match, completion_text
+
+TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+STRICT = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)
+SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
+
+
+def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs):
+    """2.0 when the last answer block equals the gold answer as a number."""
+    scores = []
+    for completion, gold in zip(completions, answer):
+        pred = answer_from(completion_text(completion))
+        scores.append(2.0 if pred is not None and answers_match(pred, gold) else 0.0)
+    return scores
+
+
+def my_integer_reward(prompts=None, completions=None, **kwargs):
+    """0.5 when the answer is a plain integer: the model should not write units or words there."""
+    answers = [answer_from(completion_text(c)) for c in completions]
+    return [0.5 if a is not None and re.fullmatch(r"-?[0-9]+", a) else 0.0 for a in answers]
+
+
+def my_strict_format_reward(prompts=None, completions=None, **kwargs):
+    """0.5 for exactly the layout of the worked example, each tag once, each on its own line."""
+    texts = [completion_text(c).strip() for c in completions]
+    return [0.5 if all(t.count(tag) == 1 for tag in TAGS) and STRICT.fullmatch(t) else 0.0 for t in texts]
+
+
+def my_soft_format_reward(prompts=None, completions=None, **kwargs):
+    """0.5 when a reasoning block is followed by an answer block, whatever the layout."""
+    return [0.5 if SOFT.search(completion_text(c)) else 0.0 for c in completions]
+
+
+def my_tag_count_reward(prompts=None, completions=None, **kwargs):
+    """0.125 per tag that appears exactly once, minus 0.001 per character after the last </answer> (at most 0.5)."""
+    scores = []
+    for text in map(completion_text, completions):
+        score = sum(0.125 for tag in TAGS if text.count(tag) == 1)
+        if "</answer>" in text:
+            score -= min(0.5, 0.001 * len(text[text.rfind("</answer>") + len("</answer>"):].strip()))
+        scores.append(score)
+    return scores
+
+
+MY_REWARDS = [my_correctness_reward, my_integer_reward, my_strict_format_reward, my_soft_format_reward,
+              my_tag_count_reward]
+
+# %% [markdown]
+# Try them on completions written by hand (gold answer 12), then check them against the kit's rewards, which are
+# the tested reference (`tests/test_rewards.py`) and what training uses unless you say otherwise:
+
+# %%
+labels, texts = list(reward_lab.HAND_WRITTEN), list(reward_lab.HAND_WRITTEN.values())
+for fn in MY_REWARDS:
+    scores = fn(prompts=None, completions=texts, answer=[reward_lab.GOLD] * len(texts))
+    print(f"{fn.__name__}:  " + ", ".join(f"{label}={score:g}" for label, score in zip(labels, scores)))
+
+# %%
+from helpers import course
+
+tricky = {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}
+differences = course.compare_rewards(zip(MY_REWARDS, rewards.DEFAULT_REWARDS), tricky, answer=reward_lab.GOLD)
+
+# %% [markdown]
+# ## Step 4: all five together
+#
+# This is the table GRPO effectively sees for a group of completions: the total is the reward; the differences
+# between rows are the learning signal.
+
+# %%
+for label, text in reward_lab.HAND_WRITTEN.items():
+    print(f"--- {label} ---\n{text[:160]}")
+
+# %%
+scores = reward_lab.score_table(reward_lab.HAND_WRITTEN)
+reward_lab.print_table(scores)
+
+# %% [markdown]
+# ## Playground
+#
+# Edit the completion (or the gold answer) and watch every reward update. Try: remove the newline after
+# `<reasoning>`; write `12.0`; add text after `</answer>`; duplicate the `<answer>` block.
+# (The widget needs a live kernel; in a saved copy of the notebook you only see its first state.)
+
+# %%
+pg = reward_lab.playground(prompts.format_completion("3 bags times 4 apples is 3 * 4 = 12.", "12"), answer="12")
+pg
+
+# %%
+print(pg.scores)  # the latest scores, updated on every edit
+
+# %% [markdown]
+# ## Reward hacking
+#
+# A policy optimised against a reward finds the cheapest way to score, not the way you meant. Below, four
+# completions try to cheat (junk inside perfect tags, repeated tags, a hedged answer, a dump of numbers), next to two
+# honest ones. First scored by two **naive** rewards of the kind people write first (the gold number appears
+# anywhere -> 2.0; 0.125 per tag occurrence), then by the kit's five.
+
+# %%
+demo = reward_lab.hacking_demo()
+print("NAIVE rewards (substring match + uncapped tag count):")
+reward_lab.print_table(demo["naive"])
+print("\nThe kit's rewards:")
+reward_lab.print_table(demo["kit"])
+
+# %% [markdown]
+# What to read in the tables (the cell below prints the numbers it rests on):
+#
+# - Under the naive rewards **repeated tags score highest**, above an honest answer, and the hedge and the number
+#   dump tie with the honest answer: GRPO would teach the model to spam tags and list numbers.
+# - Under the kit's rewards every honest formatted answer beats every hack. The defences: **correctness dominates**
+#   (it pays more than all format points together), so junk in perfect tags loses to any correct formatted answer;
+#   **one number only**, so hedges and dumps are wrong; the **strict format** wants each tag exactly once in one
+#   layout; the **tag count** pays only for tags that appear once, and text after `</answer>` costs points.
+# - Not every hack is gone: junk in perfect tags still beats a correct answer *without* tags. In a group where
+#   nobody is correct, format points are the only signal, which is how the model learns the format at all - and
+#   why correctness has to outweigh them. Watch `rewards/correctness_reward/mean` in 05, not just the total.
+
+# %%
+naive_scores, kit_scores = demo["naive"], demo["kit"]
+print(f"naive: repeated tags {naive_scores['repeated tags']['total']:g} vs honest, formatted "
+      f"{naive_scores['honest, formatted']['total']:g}; hedge {naive_scores['hedged answer']['total']:g}, "
+      f"number dump {naive_scores['number dump']['total']:g}")
+perfect = rewards.score_completion(reward_lab.HAND_WRITTEN["perfect"], "12")
+format_points = sum(perfect[k] for k in ("strict_format_reward", "soft_format_reward", "tag_count_reward"))
+print(f"kit: correctness pays {rewards.CORRECT_SCORE:g}, the three format rewards together {format_points:g}")
+best_hack = max(kit_scores[k]["total"] for k in reward_lab.HACKS)
+print(f"best hack under the kit's rewards: {best_hack}, honest formatted: {kit_scores['honest, formatted']['total']}, "
+      f"honest without tags: {kit_scores['honest, no format']['total']:g}")
+assert kit_scores["honest, formatted"]["total"] > best_hack
+
+# %% [markdown]
+# ## GRPO in plain words: from rewards to advantages
+#
+# GRPO never asks "is this answer good?" in absolute terms. For each question it samples a **group** of
+# completions (`num_generations`), scores each with the rewards above, and asks "was this answer better or worse
+# than its siblings?":
+#
+# 1. **Rewards**: the total of the five rewards for each completion of the group.
+# 2. **Advantage** of completion *i*: `(reward_i - group mean) / (group std + 0.0001)`, with the *sample* standard
+#    deviation (n - 1), exactly as TRL 1.15 computes it (`scale_rewards="group"`, its default;
+#    `helpers.grpo_math.group_advantages`).
+# 3. **Update**: every token of completion *i* gets advantage *i*. Positive: the model makes those tokens more
+#    likely next time; negative: less likely; zero: no change.
+#
+# So if all completions score the same, every advantage is 0 and the step teaches nothing - the "zero-spread"
+# groups you will watch in 05. And because the advantages of a group add up to zero, the loss TRL prints starts
+# near 0 (see `helpers.grpo_math.first_step_loss` and the instructor guide): the signal is in the gradient, not in
+# the loss value.
+#
+# A worked example: four completions of the apples question (gold answer 12), scored in the cell by the kit's
+# rewards (`helpers.grpo_math.example_group`).
+
+# %%
+from helpers import grpo_math
+
+group = grpo_math.example_group()  # {completion: total reward from the kit's five rewards}
+rows = grpo_math.explain_group(list(group), list(group.values()))
+print(grpo_math.format_table(rows))
+stats = grpo_math.group_stats(list(group.values()))
+print(f"\ngroup mean {stats['mean']:.2f}, sample std {stats['std']:.3f}; advantages sum to {sum(r['advantage'] for r in rows):+.4f}")
+for row in rows:
+    side = "above" if row["reward"] > stats["mean"] else "below" if row["reward"] < stats["mean"] else "at"
+    print(f"{row['completion'][-20:]:>20}: reward {row['reward']:g} is {side} the group mean -> tokens {row['tokens']}")
+lengths = [12, 9, 12, 7]  # tokens per completion (made up for the example)
+print(f"loss value at the first step (TRL's default loss_type 'dapo'): {grpo_math.first_step_loss([r['advantage'] for r in rows], lengths):+.4f}")
+
+# %% [markdown]
+# Read the table: the only correct, formatted answer is pushed up hardest; the wrong but formatted answer is
+# still *above* the group mean (the lines under the table say so), so it is pushed up a little - the format is being
+# learned - while the two untagged answers are pushed down. Neither tagged answer gets the strict-format points:
+# they are written on one line. Now move the sliders (one per completion) and watch the advantages:
+# make all four rewards equal; make one answer much better than the rest; raise every reward by the same amount
+# (nothing changes: only differences count).
+
+# %%
+widget = grpo_math.advantage_widget()
+widget
+
+# %%
+# The same computation without the widget (what the sliders call): all equal -> no signal.
+print(grpo_math.format_table(widget.set_rewards([2.0, 2.0, 2.0, 2.0])))
+print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
+
+# %% [markdown]
+# ## Exercises with self-checks
+#
+# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+
+# %%
+from helpers.exercises import nb04 as ex
+
+# %% [markdown]
+# **Exercise 4.1.** Long rambling answers cost generation time and memory. Write a reward
+# `brevity_reward(prompts, completions, **kwargs)` with TRL's contract that gives **0.5** to a completion of at most
+# **100 words** (split on whitespace) and **0.0** to a longer one. Completions may be plain strings or chat
+# messages (`helpers.rewards.completion_text` handles both). Once it passes its check, the check cell saves it
+# to `RUN_DIR/my_rewards.py`, and **05 trains with it** next to the kit's five rewards: look for
+# `rewards/brevity_reward/mean` in 05's training logs.
+
+# %% tags=["solution"]
+# Exercise 4.1: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above
+# SOLUTION
+from helpers.rewards import completion_text
+
+def brevity_reward(prompts=None, completions=None, **kwargs):
+    return [0.5 if len(completion_text(c).split()) <= 100 else 0.0 for c in completions]
+
+
+# %%
+result = ex.q1.check(brevity_reward)
+print(result)
+if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewards.py to the kit's five
+    reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
+    course.save_rewards([brevity_reward], kit.run_dir)
+
+# %% [markdown]
+# **Exercise 4.2.** Without `helpers.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
+
+# %% tags=["solution"]
+# Exercise 4.2: write my_advantages(rewards) returning GRPO's advantage for each completion of one group
+# SOLUTION
+import math
+
+def my_advantages(rewards):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+# %%
+result = ex.q2.check(my_advantages)
+if result.passed:
+    print([round(a, 3) for a in my_advantages([4.0, 0.0, 2.0, 0.0])])
+result
+
+# %% [markdown]
+# ## Recap
+#
+# - A reward is a function from completions to floats; test it on completions you write by hand before training with it.
+# - Correctness (2.0) outweighs all format rewards together (1.5), so a formatted wrong answer never beats a formatted right one.
+# - Naive rewards are gamed quickly (tag spam, hedging, number dumps); exact rules and caps are the defence.
+#
+# ## Exercises
+#
+# 1. In the playground, find the highest-scoring completion whose answer is wrong. Which rewards pay for it?
+# 2. Write a reward `length_penalty(prompts, completions, **kw)` that subtracts 0.001 per character over 300 and score `reward_lab.HAND_WRITTEN` with it via `reward_lab.score_table(..., rewards=[length_penalty])`.
+# 3. Invent a new hack against the kit's rewards and add it to the table with `reward_lab.score_table({...})`. Does it beat `honest, formatted`?

@@ -1,0 +1,394 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/05_train.ipynb)
+#
+# # 05 · GRPO training within 7 GB
+#
+# Now we train, with the calls a GRPO project is made of: TRL's `GRPOConfig(...)` written out from the preset, `GRPOTrainer(...)` with the rewards from 04, and `trainer.train()`. Around them, the same named steps `python -m helpers.train` runs (`helpers.train.prepare`, `load_model`, `load_data`, `evaluate_before`, `finish`), so the notebook and the command line cannot drift. You watch it live on a dashboard, and a session that dies (a Colab disconnect) is resumed from its last checkpoint by running the cells again.
+#
+# ## Learning objectives
+#
+# - Explain the settings that decide memory on a T4: vLLM reservation, 4-bit weights, LoRA rank, generations, completion length, 8-bit optimizer, fp16.
+# - Read a GRPOConfig built from a preset for this runtime.
+# - Train while watching the live dashboard: reward per function, reward spread (no spread = no gradient), completion length, memory, the latest sampled completions and plain-words warnings.
+# - Save checkpoints (locally or on Google Drive) and resume an interrupted run.
+# - Know what the run folder holds (05 saves it; 06 reads it).
+#
+# **Expected time on a free Colab T4:** about 35-60 min for {{t4.max_steps}} steps (estimate, not yet measured). On a CPU with the embedded model: about 8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 31 s for `python -m helpers.train --preset cpu`, 2-core CPU).
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "05_train"           # docs/colab.md: needs the T4 runtime
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+SAVE_STEPS = None             # a resumable checkpoint every N steps (None: about 5 per run, at most every 25; 0: none)
+KEEP = 2                      # how many of the latest checkpoints stay on disk
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
+USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %% [markdown]
+# ## The budget and the preset
+#
+# The t4 preset is sized for **7 GB** of a T4's 14.56 GB: vLLM reserves `gpu_memory_utilization` x card up front
+# (0.3 x 14.56 = 4.4 GB for the 4-bit weights and the KV cache), and training shares what is left. The levers, in
+# the order they matter: the vLLM reservation, completions per step (`num_generations`, batch), completion length
+# (the logits tensor is completions x length x ~151k vocabulary for Qwen), LoRA instead of full training, an 8-bit
+# optimizer, gradient checkpointing, and no reference model (`beta=0`).
+
+# %%
+from helpers import course, train
+from helpers.metrics import read_metrics
+
+course.print_preset(kit.preset)
+
+# %% [markdown]
+# ## Step 1: prepare the run, load the model and the data
+#
+# These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
+# `prepare` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
+# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02; `load_data` drops prompts longer
+# than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
+#
+# The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's last exercise.
+
+# %%
+from helpers.rewards import DEFAULT_REWARDS
+
+reward_funcs = list(DEFAULT_REWARDS) + (course.load_rewards(kit.run_dir) if USE_MY_REWARDS else [])
+# (with USE_DRIVE = True the whole run folder, checkpoints included, is on Google Drive: the setup cell moved RUN_DIR)
+options = train.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP)
+run = train.prepare(kit.preset, options, reward_funcs)  # validates, plans RUN_DIR, writes config.json
+model, tokenizer = train.load_model(run)                # 02's from_pretrained + get_peft_model
+train_dataset, heldout = train.load_data(run)           # 03's questions, long prompts dropped
+before = train.evaluate_before(run, heldout)            # greedy accuracy before training
+
+# %% [markdown]
+# ## Step 2: the GRPOConfig, written out
+#
+# Every value comes from the preset (`p`), so what you change in the setup cell (`setup.prepare(..., beta=0.04)`) is
+# what trains, and `config.json` in the run folder says so. Precision is decided by the card: on a T4
+# `fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default `bf16=True` would fail), on a CPU
+# `use_cpu=True`. The last line checks that this config is the one `python -m helpers.train` would build.
+
+# %%
+from trl import GRPOConfig
+
+p = kit.preset
+on_gpu = p.backend == "unsloth"                  # Unsloth + vLLM on a GPU; transformers + peft on a CPU
+bf16_ok = on_gpu and kit.runtime.bf16_supported  # Ampere or newer
+config = GRPOConfig(
+    output_dir=str(run.plan.checkpoint_dir),     # checkpoint-N/ folders go here
+    # --- the group GRPO compares
+    num_generations=p.num_generations,           # completions sampled per prompt
+    per_device_train_batch_size=p.per_device_train_batch_size,  # completions (not prompts) per step
+    gradient_accumulation_steps=p.gradient_accumulation_steps,  # batches per optimizer step
+    max_completion_length=p.max_completion_length,  # tokens per completion: caps time and the logits tensor
+    temperature=p.temperature,                   # sampling must vary, or a group ties and teaches nothing
+    scale_rewards=p.scale_rewards,               # "group": advantage = (reward - group mean) / group std
+    beta=p.beta,                                 # weight of the KL penalty; 0.0 = no reference model in memory
+    # --- the optimizer
+    learning_rate=p.learning_rate,               # LoRA on the tiny CPU model tolerates 5e-4; the 1.5B uses 5e-6
+    weight_decay=p.weight_decay,
+    warmup_steps=p.warmup_steps,
+    lr_scheduler_type=p.lr_scheduler_type,
+    max_grad_norm=p.max_grad_norm,               # clip the update: RL gradients are noisy
+    optim=p.optim,                               # adamw_8bit on a GPU keeps the optimizer state small
+    max_steps=p.max_steps,
+    seed=p.seed,
+    # --- precision and device
+    bf16=bf16_ok,                                # a T4 (compute capability 7.5) has no bf16 ...
+    fp16=on_gpu and not bf16_ok,                 # ... so it trains in fp16
+    use_cpu=not on_gpu,
+    # --- generation and memory
+    use_vllm=on_gpu and p.fast_inference,        # GPU: the vLLM engine Unsloth attached (weights shared)
+    gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
+    # --- logging and checkpoints
+    logging_steps=p.logging_steps,
+    save_strategy="steps" if run.save_steps else "no",
+    save_steps=run.save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
+    save_only_model=False,                       # keep optimizer and scheduler state: resumable
+    report_to="none",
+    log_completions=False,
+    disable_tqdm=False,
+    dataloader_num_workers=0,
+)
+train.check_config(run, config)  # raises, naming the field, if this differs from the preset's config
+why = course.describe_config(kit, config)
+
+# %% [markdown]
+# ### Will it fit? The predicted memory of the t4 recipe
+#
+# Before a single step runs, the memory model (`helpers.memory`, docs/memory.md) adds up where GRPO's GPU memory
+# goes for the t4 preset: vLLM's reservation (weights and KV cache), LoRA, optimizer, activations, logits and the
+# CUDA context. The dashed lines are the 7 GB budget and the 14.56 GB a T4 shows to PyTorch. While training, the
+# dashboard's memory panel shows what was really used; if a run ever runs out of memory, the kit prints the
+# cheapest changes that would fit (`helpers.oom_doctor`).
+
+# %%
+course.plot_predicted_memory(kit);
+
+# %% [markdown]
+# ## Exercises with self-checks
+#
+# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. The second exercise comes after training; training never waits for an answer.
+
+# %%
+from helpers.exercises import nb05 as ex
+
+
+# %% [markdown]
+# **Exercise 5.1.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
+# the model answers a question right with probability `p`, independently for each of the `G` completions of its
+# group. Write `zero_spread_chance(p, group_size)`: the chance that the group has **zero spread** (all right or all
+# wrong), so its advantages are all 0 and it teaches nothing. The check then prints it for this preset's
+# `num_generations`; compare with `frac_reward_zero_std` in the training logs below.
+
+# %% tags=["solution"]
+# Exercise 5.1: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
+# SOLUTION
+def zero_spread_chance(p, group_size):
+    return p ** group_size + (1 - p) ** group_size
+
+
+# %%
+result = ex.q1.check(zero_spread_chance)
+if result.passed:
+    G = kit.preset.num_generations
+    for p_right in (0.05, 0.2, 0.5, 0.9):
+        print(f"right with p={p_right}: {zero_spread_chance(p_right, G):.1%} of groups of {G} have no spread")
+result
+
+# %% [markdown]
+# ## Step 3: the trainer
+#
+# `GRPOTrainer` takes the model, the tokenizer, the reward functions, the config and the dataset. For every prompt
+# it samples `num_generations` completions, calls every reward function on them (each gets the dataset's other
+# columns, here `answer`, as keyword arguments), sums the rewards, turns them into group-relative advantages (04)
+# and takes a policy-gradient step. The kit's extras are ordinary TRL callbacks (`helpers.train.kit_callbacks`):
+# the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
+
+# %%
+from trl import GRPOTrainer
+
+train.patch_for_backend(run)  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
+trainer = GRPOTrainer(
+    model=model,                         # the LoRA model: only the adapter trains
+    processing_class=tokenizer,          # tokenizes prompts, decodes completions
+    reward_funcs=reward_funcs,           # f(prompts, completions, answer=..., **kw) -> list[float], summed
+    args=config,
+    train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
+    callbacks=train.kit_callbacks(run),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
+)
+print("reward functions:", [f.__name__ for f in reward_funcs])
+print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
+
+# %% [markdown]
+# ## Step 4: train, watch, resume
+#
+# `trainer.train()` runs the steps. While it trains, the cell shows a **live dashboard** that redraws in place at every step
+# (`helpers.dashboard`): reward per function, spread, zero-spread groups, completion length and clipping, KL (when
+# `beta > 0`), memory, the latest sampled completions with their rewards, and a warning in plain words when
+# something goes wrong (no learning signal, answers cut off at the length cap, a collapsing reward).
+#
+# **Checkpoints.** Every `SAVE_STEPS` steps the adapter, optimizer, scheduler and random state are saved; the last
+# `KEEP` stay. If the session dies, **run this cell again with the same `RUN_DIR`**: the run resumes from its last
+# complete checkpoint (a half-written one is set aside, never loaded). On Colab a disconnect wipes the disk, so set
+# `USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is never
+# retrained silently: `prepare` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which says what it
+# replaces).
+#
+# After training, `helpers.train.finish` saves the adapter, evaluates the same held-out questions again, and writes
+# the plots and `summary.json`.
+
+# %%
+from helpers.oom_doctor import oom_advice
+
+train.connect(trainer)  # the dashboard shows the trainer's latest sampled completions
+with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=run.gpu):  # an OOM prints the cheapest fixes
+    trainer.train(resume_from_checkpoint=train.resume_checkpoint(run))  # None: a fresh start
+summary = train.finish(run, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
+print(summary)
+
+# %%
+from helpers.checkpoints import list_checkpoints
+
+ckpt_root = ckpt_dir or kit.run_dir / "trainer"
+kept = list_checkpoints(ckpt_root)
+print(f"checkpoints in {ckpt_root}: " + (", ".join(f"{c.path.name} ({'complete' if c.complete else 'incomplete'})" for c in kept) or "none"))
+print("interrupted? run the training cell again with the same RUN_DIR: it resumes from the newest complete one.")
+
+# %% [markdown]
+# ## What to watch
+#
+# - **Reward per function**: correctness should rise; format rewards usually rise first. Expect a total near zero
+#   for the first steps on the CPU demo: the small model rarely uses the tags yet.
+# - **Reward spread**: `reward_std` is the spread of rewards within a group; `frac_reward_zero_std` is the share of
+#   groups where every completion scored the same. Those groups give **zero gradient**. Lots of them = wasted steps
+#   (more generations, a worked example or a finer reward help).
+# - **Completion length**: collapsing length can be reward hacking; length at the cap (clipped ratio) means answers
+#   are cut off.
+# - **Memory**: `memory/*` from the run's logs (GPU memory, or the process RAM on CPU), else the RSS sampled here.
+# - **The loss** printed by the trainer starts near 0: advantages are zero-mean within each group (04's last
+#   section). That is normal.
+
+# %%
+rows = read_metrics(kit.run_dir / "metrics.jsonl")
+print(f"{len(rows)} logged steps; keys: {sorted(rows[0]) if rows else []}")
+course.plot_training(rows, kit.run_dir / "training_curves.png", rss_samples=rss.samples, title=f"GRPO on {kit.preset.model_name}");
+
+# %%
+from IPython.display import Image, display
+
+display(Image(filename=str(kit.run_dir / "dashboard.png")))
+print("run folder:", kit.run_dir)
+for name in course.run_files(kit.run_dir):
+    print("  ", name)
+
+# %% [markdown]
+# ## The policy update, with numbers from this run
+#
+# What did one of those steps do? Here is one step by hand, on one group of this run's model (CPU path), with the
+# loss written out in `helpers.grpo_math.policy_loss` and checked against TRL's own `GRPOTrainer._compute_loss`:
+#
+# 1. sample `num_generations` completions of one question, score them, and turn the rewards into advantages (04);
+# 2. the **log-probability** of every sampled token under the policy that sampled it: `logp_old`;
+# 3. one gradient step on the loss; then the new log-probabilities `logp`, and the **ratio** `exp(logp - logp_old)`
+#    per token: above 1, the token became likelier;
+# 4. the **clipped surrogate** `-min(ratio x A, clip(ratio, 1 - epsilon, 1 + epsilon) x A)`: once a token moved
+#    more than `epsilon` (TRL's default 0.2) in the direction its advantage wants, it stops pulling (PPO's trust
+#    region, kept by GRPO; GRPO drops PPO's value model and uses the group as the baseline instead);
+# 5. the **KL term** `beta x (exp(ref - logp) - (ref - logp) - 1)` against the reference model (here: the same
+#    model with the LoRA adapter switched off). With `beta = 0` (TRL's default, and this preset's) there is no
+#    reference model in memory and nothing holds the policy near it; the cell shows what `beta = 0.04` would add.
+# 6. the **loss type** decides how per-token losses are averaged: `grpo` per completion then over completions
+#    (short completions weigh more per token), `bnpo`/`dapo` over all tokens of the batch (TRL's default `dapo`),
+#    `dr_grpo` divided by a constant (completions x `max_completion_length`). `scale_rewards` (04) decided A.
+
+# %%
+import torch
+
+from helpers import grpo_math
+from helpers.model import generate
+
+if kit.on_gpu:
+    print("This cell runs on the CPU path (peft model, plain TRL trainer); on a GPU, read it, or rerun 05 with PRESET = \"cpu\".")
+else:
+    row = train_dataset[0]
+    group = generate(model, tokenizer, [row["prompt"]] * kit.preset.num_generations, kit.preset, greedy=False)
+    rewards_of = [sum(f(prompts=[row["prompt"]], completions=[c], answer=[row["answer"]])[0] for f in reward_funcs)
+                  for c in group]
+    advantages = torch.tensor(grpo_math.group_advantages(rewards_of), dtype=torch.float32)
+    batch = grpo_math.group_batch(tokenizer, row["prompt"], group)
+    mask = batch["completion_mask"]
+    model.eval()
+    with torch.no_grad():
+        logp_old = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+        with model.disable_adapter():  # the reference model: the base weights without the LoRA adapter
+            logp_ref = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+    epsilon, loss_type = config.epsilon, config.loss_type
+    step = grpo_math.policy_loss(grpo_math.completion_logps(model, batch, temperature=config.temperature), logp_old,
+                                 advantages, mask, loss_type=loss_type, epsilon=epsilon)
+    step["loss"].backward()  # at the first look the ratio is 1 everywhere: the gradient is the advantage's push
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p -= 20 * config.learning_rate * p.grad  # a deliberately large step, so the ratios move visibly
+                p.grad = None
+        logp_new = grpo_math.completion_logps(model, batch, temperature=config.temperature)
+    after = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon,
+                                  beta=0.04, ref_per_token_logps=logp_ref)
+    print(f"{'completion':<42} {'reward':>6} {'adv':>6} {'ratio':>6} {'clipped':>7} {'KL':>7}")
+    for i, text in enumerate(group):
+        m = mask[i].bool()
+        cells = [float(after["ratio"][i][m].mean()), float(after["clipped"][i][m].float().mean()),
+                 float(after["per_token_kl"][i][m].mean())] if m.any() else [float("nan")] * 3
+        print(f"{text.strip().replace(chr(10), ' ')[:40]:<42} {rewards_of[i]:>6.2f} {float(advantages[i]):>+6.2f} "
+              f"{cells[0]:>6.3f} {cells[1]:>7.0%} {cells[2]:>7.4f}")
+    ours = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon)["loss"]
+    with torch.no_grad():
+        theirs = trainer._compute_loss(model, {**batch, "advantages": advantages, "old_per_token_logps": logp_old,
+                                               "num_items_in_batch": mask.sum()})
+    print(f"\nloss ({loss_type}) after the step: ours {float(ours):+.6f}, TRL's _compute_loss {float(theirs):+.6f}")
+    print(f"with beta=0.04 the KL term would add {float(after['loss'] - ours):+.6f}")
+    assert abs(float(ours) - float(theirs)) < 1e-4, "grpo_math.policy_loss should equal TRL's loss"
+
+# %% [markdown]
+# **Exercise 5.2.** Four made-up runs, drawn below: the reward (black), the share of groups with zero spread (red,
+# right axis) and the share of completions cut off at the length cap (orange, right axis). For each run, say what
+# happened: `"healthy"`, `"no learning signal"`, `"length cap"` or `"reward collapse"`, in a dict `diagnoses`
+# (e.g. `{"A": "healthy", ...}`). The checker asks the
+# dashboard's own warning functions.
+
+# %%
+fig = ex.q2.plot()  # runs A-D
+
+# %% tags=["solution"]
+# Exercise 5.2: diagnose runs A-D: 'healthy', 'no learning signal', 'length cap' or 'reward collapse'
+# SOLUTION
+diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
+
+# %%
+ex.q2.check(diagnoses)
+
+# %% [markdown]
+# **Exercise 5.3.** The per-token objective in the policy update above is PPO's clipped surrogate, which GRPO
+# keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
+# 1 + epsilon) x A)`. The check then compares it with `helpers.grpo_math.policy_loss` (TRL's loss is minus it).
+
+# %% tags=["solution"]
+# Exercise 5.3: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
+# SOLUTION
+def clipped_objective(ratio, advantage, epsilon=0.2):
+    clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
+    return min(ratio * advantage, clipped * advantage)
+
+# %%
+result = ex.q3.check(clipped_objective)
+if result.passed:
+    import math
+
+    for r, a in [(1.5, 1.0), (0.5, 1.0), (0.5, -1.0), (1.5, -1.0)]:
+        trl_loss = float(grpo_math.policy_loss([[math.log(r)]], [[0.0]], [a], [[1]], loss_type="grpo")["loss"])
+        print(f"ratio {r}, advantage {a:+}: objective {clipped_objective(r, a):+.2f}, TRL's loss {trl_loss:+.2f}")
+result
+
+# %% [markdown]
+# ## Recap
+#
+# - The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.
+# - Memory on a T4 is decided by vLLM's reservation, completions per step and completion length more than by the weights.
+# - Watch the dashboard: groups with zero spread teach nothing; answers at the cap score low; a falling reward means hacking or a too-high learning rate.
+# - Checkpoints make a disconnect cheap: run the same cell with the same RUN_DIR and it resumes.
+#
+# ## Exercises
+#
+# 1. A short experiment: after the setup cell add `kit = setup.prepare(PRESET, run_dir="runs/beta", beta=0.04, max_steps=MAX_STEPS)` and run the rest. Where does `kl` appear in the logs, and what does the reference model cost (compare `memory/*` with your first run)?
+# 2. Interrupt the training cell (the stop button) after a checkpoint, then run it again. From which step does it resume, and what happened to `metrics.jsonl`?
+# 3. Open `samples.jsonl` in the run folder and find a question the model got right after training and wrong before.
