@@ -459,6 +459,33 @@ def _judge_clipped(fn):
             raise Fail(case, f"for {case} you returned {got!r}; it should be {want:g} ({why})")
 
 
+# (policy log-prob, reference log-prob) per token: equal, the policy more sure, less sure, far apart.
+KL_CASES = [(-1.0, -1.0), (-0.5, -1.0), (-2.0, -1.0), (-0.1, -3.0), (-3.0, -0.1)]
+
+
+def kl_penalty_truth(logp, ref_logp):
+    """TRL's per-token KL estimate (Schulman's k3): exp(ref - logp) - (ref - logp) - 1, never negative."""
+    d = ref_logp - logp
+    return math.exp(d) - d - 1
+
+
+def _judge_kl(fn):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: kl_penalty, not kl_penalty(-1.0, -1.0)")
+    for logp, ref in KL_CASES:
+        case = f"logp={logp}, ref_logp={ref}"
+        got = call(case, fn, logp, ref)
+        want = kl_penalty_truth(logp, ref)
+        if not _close(got, want, tol=1e-9):
+            if _close(got, logp - ref, 1e-9) or _close(got, ref - logp, 1e-9):
+                why = "that is the plain log-ratio, which can be negative; TRL uses exp(d) - d - 1 with d = ref - logp"
+            elif _close(got, kl_penalty_truth(ref, logp), 1e-9):
+                why = "the sign of d is swapped: d = ref_logp - logp"
+            else:
+                why = "exp(d) - d - 1 with d = ref_logp - logp"
+            raise Fail(case, f"for {case} you returned {got!r}; it should be {want:.6g} ({why})")
+
+
 nb05 = SimpleNamespace(
     q1=Exercise(
         "q1", "write zero_spread_chance(p, group_size): the chance that a group of G completions, each correct "
@@ -492,6 +519,20 @@ nb05 = SimpleNamespace(
             return min(ratio * advantage, clipped * advantage)
         """,
         _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.grpo_math)."),
+    q4=Exercise(
+        "q4", "write kl_penalty(logp, ref_logp): TRL's per-token KL estimate between the policy and the reference "
+              "model, exp(d) - d - 1 with d = ref_logp - logp; beta times it is added to each token's loss",
+        "it is 0 when the two log-probabilities are equal and grows on both sides, faster when the policy gives a "
+        "token much LESS probability than the reference did; use math.exp.",
+        """
+        import math
+
+        def kl_penalty(logp, ref_logp):
+            d = ref_logp - logp
+            return math.exp(d) - d - 1
+        """,
+        _judge_kl, "beta trades reward for staying close to the starting model: 0 (TRL's default) lets the policy "
+                   "drift for reward; 0.04 pulls it back, and costs a reference forward pass every step."),
 )
 nb05.q2.plot = plot_runs
 nb05.q2.runs = runs

@@ -32,6 +32,7 @@ SAVE_STEPS = None             # a resumable checkpoint every N steps (None: abou
 KEEP = 2                      # how many of the latest checkpoints stay on disk
 USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
 OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
+BETA_EXPERIMENT_STEPS = 8     # the beta 0 vs 0.04 experiment near the end: steps per run (0: skip it; CPU only)
 USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
 
 # %%
@@ -239,7 +240,7 @@ print(summary)
 # %%
 from helpers.checkpoints import list_checkpoints
 
-ckpt_root = ckpt_dir or kit.run_dir / "trainer"
+ckpt_root = run.plan.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
 kept = list_checkpoints(ckpt_root)
 print(f"checkpoints in {ckpt_root}: " + (", ".join(f"{c.path.name} ({'complete' if c.complete else 'incomplete'})" for c in kept) or "none"))
 print("interrupted? run the training cell again with the same RUN_DIR: it resumes from the newest complete one.")
@@ -380,6 +381,68 @@ if result.passed:
 result
 
 # %% [markdown]
+# **Exercise 5.4.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
+# per-token estimate of how far the policy has moved from the reference (the model before training):
+# `exp(d) - d - 1` with `d = ref_logp - logp`. Write `kl_penalty(logp, ref_logp)`; the cell after it prints what
+# beta = 0.04 adds to a token's loss as the policy moves away from the reference.
+
+# %% tags=["solution"]
+# Exercise 5.4: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
+# SOLUTION
+import math
+
+def kl_penalty(logp, ref_logp):
+    d = ref_logp - logp
+    return math.exp(d) - d - 1
+
+# %%
+result = ex.q4.check(kl_penalty)
+if result.passed:
+    for logp in (-1.0, -0.5, -2.0, -4.0):
+        penalty = 0.04 * kl_penalty(logp, -1.0)
+        print(f"reference log-prob -1.0, policy {logp:+.1f}: beta x KL = {penalty:.4f} added to that token's loss")
+result
+
+# %% [markdown]
+# ## Experiment: beta 0 vs 0.04 in real training (CPU, a few minutes)
+#
+# Two short runs of the same recipe from the same start: `beta = 0` (TRL's default, no reference model) and
+# `beta = 0.04`. The same named steps as above train each one; the logs then show the reward and `kl`, how far each
+# policy moved from the model it started as. `BETA_EXPERIMENT_STEPS` sets their length (0 skips the experiment).
+# On a GPU it is skipped: two t4 runs take far longer than a lesson allows.
+
+# %%
+import matplotlib.pyplot as plt
+
+from helpers.metrics import read_metrics
+
+
+def short_run(beta: float, steps: int) -> list[dict]:
+    """Train `steps` GRPO steps with this beta in RUN_DIR/beta-<beta>; return its metrics.jsonl rows."""
+    preset = kit.preset.with_overrides(beta=beta, max_steps=steps)
+    options = train.RunOptions(run_dir=kit.run_dir / f"beta-{beta}", overwrite=True, save_steps=0, dashboard="off")
+    run = train.prepare(preset, options, reward_funcs)
+    train.load_model(run)
+    dataset, _ = train.load_data(run)
+    train.train(run, train.build_trainer(run, dataset))
+    return [r for r in read_metrics(run.run_dir / "metrics.jsonl") if "reward" in r]
+
+
+steps = min(BETA_EXPERIMENT_STEPS, kit.preset.max_steps)
+if kit.on_gpu or steps < 1:
+    print("Experiment skipped (GPU runtime, or BETA_EXPERIMENT_STEPS = 0). On a CPU runtime it takes a few minutes.")
+else:
+    curves = {beta: short_run(beta, steps) for beta in (0.0, 0.04)}
+    fig, (ax_r, ax_kl) = plt.subplots(1, 2, figsize=(9, 3))
+    for beta, rows in curves.items():
+        ax_r.plot([r["step"] for r in rows], [r["reward"] for r in rows], marker="o", label=f"beta={beta}")
+        ax_kl.plot([r["step"] for r in rows], [r.get("kl", 0.0) for r in rows], marker="o", label=f"beta={beta}")
+        print(f"beta={beta}: mean reward {sum(r['reward'] for r in rows) / len(rows):.3f}, "
+              f"last kl {rows[-1].get('kl', 0.0):.4f}")
+    ax_r.set_title("reward"); ax_kl.set_title("kl to the starting model"); ax_r.set_xlabel("step"); ax_kl.set_xlabel("step")
+    ax_r.legend(); fig.tight_layout(); plt.show()
+
+# %% [markdown]
 # ## Recap
 #
 # - The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.
@@ -389,6 +452,6 @@ result
 #
 # ## Exercises
 #
-# 1. A short experiment: after the setup cell add `kit = setup.prepare(PRESET, run_dir="runs/beta", beta=0.04, max_steps=MAX_STEPS)` and run the rest. Where does `kl` appear in the logs, and what does the reference model cost (compare `memory/*` with your first run)?
+# 1. Run the beta experiment longer (`BETA_EXPERIMENT_STEPS = 20`). Does beta = 0.04 keep `kl` smaller, and what does it cost in reward and in time per step (the reference forward pass)?
 # 2. Interrupt the training cell (the stop button) after a checkpoint, then run it again. From which step does it resume, and what happened to `metrics.jsonl`?
 # 3. Open `samples.jsonl` in the run folder and find a question the model got right after training and wrong before.

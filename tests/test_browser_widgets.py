@@ -197,13 +197,9 @@ def test_rewards_lesson_widgets_respond(page, lab, source, tmp_path):
     prefix = "04-student-" if student else "04-"
     start = time.time()
     state = _run_lesson(page, lab, source, f"{prefix}{REWARDS_LESSON}", tmp_path / "run", timeout_s=600)
-    if student:
-        # The student copy stops at its first exercise (NotImplementedError), after both widgets.
-        assert state["errors"], "the student copy's first exercise raises NotImplementedError"
-        assert all("NotImplementedError" in e and "Student exercise" in e for e in state["errors"]), state["errors"]
-    else:
-        assert not state["errors"], f"the lesson raised: {state['errors']}"
-        assert all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"]), f"every cell ran: {state['prompts']}"
+    # Both copies run to the end: the student copy's unanswered exercises say "not answered yet" instead of raising.
+    assert not state["errors"], f"the lesson raised: {state['errors']}"
+    assert all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"]), f"every cell ran: {state['prompts']}"
     _check_playground(page, prefix)
     _check_advantage_slider(page, prefix)
     page.screenshot(path=str(nbb.ARTIFACTS / f"{prefix}page.png"), full_page=False)

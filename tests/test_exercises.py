@@ -56,6 +56,7 @@ RIGHT = {
     ("nb05", "q1"): lambda p, g: p ** g + (1 - p) ** g,
     ("nb05", "q2"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
     ("nb05", "q3"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
+    ("nb05", "q4"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
 }
@@ -114,6 +115,10 @@ WRONG = [
     ("nb05", "q3", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
     ("nb05", "q3", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
     ("nb05", "q3", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
+    ("nb05", "q4", lambda lp, ref: ref - lp, ["logp=-0.5, ref_logp=-1.0", "plain log-ratio"]),
+    ("nb05", "q4", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
+    ("nb05", "q4", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
+    ("nb05", "q4", 0.0, ["pass the function itself"]),
     ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
     ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
