@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP_TIMING = ROOT / "helpers" / "step_timing.py"
 
 # Runs in the child process (cwd = the checkout being timed): attach the StepTimer from this checkout to every
-# GRPOTrainer the main job builds, run an optional setup snippet, then run helpers.train as `python -m` would.
+# GRPOTrainer the main job builds, run an optional setup snippet (first: it may set environment variables that
+# torch reads at import), then run helpers.train as `python -m` would.
 CHILD = r"""
+exec({setup!r})
 import importlib.util, runpy, sys
 spec = importlib.util.spec_from_file_location("_bench_step_timing", {step_timing!r})
 st = importlib.util.module_from_spec(spec); spec.loader.exec_module(st)
@@ -39,7 +41,6 @@ def train(self, *a, **kw):
         st.StepTimer().attach(self)
     return _train(self, *a, **kw)
 trl.GRPOTrainer.train = train
-exec({setup!r})
 sys.argv = ["helpers.train"] + {argv!r}
 sys.path.insert(0, ".")
 runpy.run_module("helpers.train", run_name="__main__", alter_sys=True)
