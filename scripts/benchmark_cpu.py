@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,14 +74,18 @@ def run_once(checkout: Path, steps: int, eval_size: int, extra: list[str], setup
                 "--dashboard", "headless", "--run-dir", str(run_dir), *extra]
         code = CHILD.format(step_timing=str(STEP_TIMING), setup=setup, argv=argv)
         started = time.perf_counter()
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(checkout)})
         wall = time.perf_counter() - started
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
         if r.returncode != 0:
             raise SystemExit(f"the run in {checkout} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
         summary = json.loads((run_dir / "summary.json").read_text())
     return {"checkout": str(checkout), "setup": setup, "wall_seconds": round(wall, 1),
+            "busy_cores": round(cpu_s / wall, 2),  # CPU seconds / wall seconds of the whole job (load, eval too)
             "train_seconds": summary.get("train_seconds"), "summary": summary, "rows": rows,
             "time": summarize_step_times(rows)}
 
@@ -89,7 +94,7 @@ def describe(run: dict) -> str:
     t = run["time"]
     shares = ", ".join(f"{p} {s:.0%}" for p, s in sorted(t["share"].items(), key=lambda kv: -kv[1]) if s >= 0.005)
     return (f"{t['seconds_per_step']:.2f} s/step, generation {t['generation_tokens_per_s']} tok/s, "
-            f"train {run['train_seconds']} s, wall {run['wall_seconds']} s | {shares}")
+            f"train {run['train_seconds']} s, wall {run['wall_seconds']} s, {run['busy_cores']} busy cores | {shares}")
 
 
 def median(runs: list[dict], key) -> float:

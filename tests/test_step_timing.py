@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_real_steps_get_every_phase_and_the_phases_add_up_to_the_step():
     assert t["steps"] == 2 and t["seconds"]["step"] == pytest.approx(sum(r[f"{PREFIX}step_s"] for r in rows), abs=0.02)
     assert t["generation_tokens_per_s"] > 0 and sum(t["share"].values()) == pytest.approx(1, abs=0.02)
     assert t["seconds"]["step"] <= run["train_seconds"] + 0.1  # the rows cover training, not loading or evaluation
+    assert 0 < run["busy_cores"] <= os.cpu_count() + 0.5
 
 
 def test_summary_sums_the_rows_and_ignores_rows_without_times():
