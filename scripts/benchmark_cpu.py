@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -114,6 +115,7 @@ def main(argv=None) -> int:
         r = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.compare],
                            capture_output=True, text=True)
         if r.returncode != 0:
+            shutil.rmtree(worktree.parent, ignore_errors=True)
             raise SystemExit(f"--compare {args.compare}: git worktree add failed: {r.stderr.strip()}")
         sides = {f"A ({args.compare})": dict(checkout=worktree, setup=""), **sides}
     elif args.variant:
@@ -132,6 +134,7 @@ def main(argv=None) -> int:
         if worktree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
                            capture_output=True)
+            shutil.rmtree(worktree.parent, ignore_errors=True)
     print(f"[bench] load average {os.getloadavg()[0]:.1f} at the end")
     per_step = {n: median(rs, lambda r: r["time"]["seconds_per_step"]) for n, rs in results.items()}
     for name, rs in results.items():

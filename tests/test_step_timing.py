@@ -69,3 +69,11 @@ def test_attaching_twice_or_to_an_unknown_trainer_says_what_is_wrong():
     already._step_timer = object()
     with pytest.raises(ValueError, match="already has a StepTimer"):
         StepTimer().attach(already)
+
+
+def test_benchmark_refuses_a_ref_git_does_not_know_before_running_anything(capsys):
+    bench = _bench()
+    with pytest.raises(SystemExit, match="--compare no-such-ref-i15: git worktree add failed"):
+        bench.main(["--compare", "no-such-ref-i15"])
+    with pytest.raises(SystemExit, match="pick one"):
+        bench.main(["--compare", "main", "--variant", "pass"])
