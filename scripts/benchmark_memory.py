@@ -375,11 +375,14 @@ def settings_key(preset) -> str:
 
 def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
     """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
-    optimizer step) and time it; returns the list the step times are appended to."""
+    optimizer step) and time it; returns the list the step times are appended to. Which TRL method is a step's
+    generation phase is named once, in helpers/step_timing.py."""
     from transformers import TrainerCallback
 
+    from helpers.step_timing import GENERATE_AND_SCORE_METHOD
+
     times: list[float] = []
-    original = trainer._generate_and_score_completions
+    original = getattr(trainer, GENERATE_AND_SCORE_METHOD)
 
     def generate_and_score(*a, **kw):
         meter.start()
@@ -388,7 +391,7 @@ def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
         meter.start()
         return out
 
-    trainer._generate_and_score_completions = generate_and_score
+    setattr(trainer, GENERATE_AND_SCORE_METHOD, generate_and_score)
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
