@@ -502,12 +502,19 @@ def build_trainer(run: Run, train_dataset):
 
 
 def connect(trainer) -> None:
-    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions."""
+    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions, and
+    time each step's phases into metrics.jsonl (helpers.step_timing: time/generation_s, time/backward_s, ...)."""
     from helpers.dashboard import TrainingDashboard
+    from helpers.step_timing import StepTimer
 
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, TrainingDashboard) and callback.trainer is None:
             callback.trainer = trainer
+    if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
+        try:
+            StepTimer().attach(trainer)
+        except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
+            print(f"[grpo-kit] step timing is off for this trainer: {err}")
 
 
 def resume_checkpoint(run: Run) -> str | None:
@@ -537,6 +544,7 @@ def finish(run: Run, trainer, heldout, before) -> dict:
                                     write_samples)
     from helpers.metrics import plot_rewards, read_metrics
     from helpers.sharing import save_adapter
+    from helpers.step_timing import summarize_step_times
 
     preset, model, tokenizer, run_dir = run.preset, run.model, run.tokenizer, run.run_dir
     zero3 = run.dist.distributed and zero3_active()
@@ -553,8 +561,8 @@ def finish(run: Run, trainer, heldout, before) -> dict:
     after = evaluate(model, tokenizer, heldout, preset, lora_path=adapter if preset.backend == "unsloth" else None)
     print(f"[grpo-kit] after: accuracy {after['accuracy']:.2f}, format {after['format_rate']:.2f}")
     write_samples(run_dir / "samples.jsonl", before, after)
-    plot_rewards(read_metrics(run_dir / "metrics.jsonl"), run_dir / "reward_curve.png",
-                 title=f"GRPO on {preset.model_name}")
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    plot_rewards(rows, run_dir / "reward_curve.png", title=f"GRPO on {preset.model_name}")
     summary = {
         "preset": preset.name,
         "model": preset.model_name,
@@ -566,6 +574,7 @@ def finish(run: Run, trainer, heldout, before) -> dict:
         "after": summary_of(after),
         "reward_funcs": reward_names(run.reward_funcs),
         "runtime": run.runtime.describe(),
+        "time": summarize_step_times(rows),  # where the training time went, per phase (helpers.step_timing)
     }
     pass_k = None
     if run.options.pass_k_samples:
