@@ -302,36 +302,6 @@ class Kit:
     def on_gpu(self) -> bool:
         return self.preset.backend == "unsloth"
 
-    def train_argv(self, run_dir: str | os.PathLike | None = None, overwrite: bool = False) -> list[str]:
-        """The `python -m helpers.train` arguments for this preset and its overrides (for helpers.train.parse_args)."""
-        flags = {"max_steps": "--max-steps", "eval_size": "--eval-size", "learning_rate": "--learning-rate",
-                 "num_generations": "--num-generations", "per_device_train_batch_size": "--batch-size",
-                 "max_completion_length": "--max-completion-length", "seed": "--seed"}
-        if "eval_max_new_tokens" in self.overrides and train_accepts("--eval-max-new-tokens"):
-            flags["eval_max_new_tokens"] = "--eval-max-new-tokens"
-        argv = ["--preset", self.preset.name, "--run-dir", str(run_dir or self.run_dir)]
-        for name, flag in flags.items():
-            if name in self.overrides:
-                argv += [flag, str(self.overrides[name])]
-        if overwrite:
-            argv.append("--overwrite")
-        return argv
-
-
-def train_accepts(flag: str) -> bool:
-    """Whether `python -m helpers.train` knows this option (newer flags are passed only when it does)."""
-    import contextlib
-    import io
-
-    from helpers import train
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            train.parse_args([flag, "1"])
-    except SystemExit:
-        return False
-    return True
-
 
 def import_unsloth_first() -> None:
     """GPU path: import Unsloth before anything imports TRL/transformers, so its patches apply."""

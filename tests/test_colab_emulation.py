@@ -263,13 +263,17 @@ def test_every_lesson_is_in_the_design():
 # -------------------------------------------------------------------------------------- Drive run folder
 
 
-def test_use_drive_puts_the_whole_run_folder_on_drive(colab):
+def test_use_drive_puts_the_whole_run_folder_on_drive(colab, monkeypatch):
     kit = run_setup_cell(USE_DRIVE=True, LESSON="03_data")["kit"]
     drive_runs = colab.content / "drive" / "MyDrive" / "grpo-kit" / "runs"
     assert colab.mounts == [str(colab.content / "drive")]
     assert kit.run_dir == drive_runs / "course" and kit.run_dir.is_dir()
-    assert kit.train_argv()[kit.train_argv().index("--run-dir") + 1] == str(drive_runs / "course"), \
-        "training writes the run folder (adapter included) on Drive"
+    from helpers import course, train
+
+    seen = {}
+    monkeypatch.setattr(train, "run_all", lambda preset, options, reward_funcs=None: seen.update(options=options) or {})
+    course.train_run(kit)
+    assert seen["options"].run_dir == drive_runs / "course", "training writes the run folder (adapter included) on Drive"
 
 
 def _write_adapter(folder: Path, base: str) -> Path:

@@ -72,15 +72,6 @@ def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
         notebook_setup.prepare(None, root=ROOT, quiet=True)
 
 
-def test_train_argv_round_trips_through_the_cli_parser(tmp_path):
-    kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, max_steps=2, eval_size=4,
-                                 num_generations=4, per_device_train_batch_size=4, max_completion_length=32)
-    args = train.parse_args(kit.train_argv(overwrite=True))
-    assert args.preset == "cpu" and args.run_dir == tmp_path and args.overwrite
-    assert train.overrides_from(args) == {"max_steps": 2, "eval_size": 4, "num_generations": 4,
-                                          "per_device_train_batch_size": 4, "max_completion_length": 32}
-
-
 def test_missing_adapter_message_names_both_ways_out(tmp_path):
     kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
     assert course.find_adapter(tmp_path) is None
