@@ -9,8 +9,8 @@ check() returns a CheckResult (passed, message, case); in a notebook its text is
 A failing check names the case ("your reward gave 0.5 to a 300-word answer; it should be 0.0 ...") and never
 raises, so the rest of the notebook keeps running. Student code that raises is reported the same way.
 
-The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.runtime for bf16,
-helpers.data for GSM8K answers, helpers.grpo_math for advantages, helpers.memory.estimate for memory,
+The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.grpo_math for advantages,
+helpers.training's Preset.prompts_per_step for the questions a run draws, helpers.memory.estimate for memory,
 helpers.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
 of preset values or formulas moves the expected answers with them. tests/test_exercises.py runs every checker
 against known-wrong and known-right answers.
@@ -101,34 +101,74 @@ def _close(a, b, tol=1e-3) -> bool:
 
 # =========================================================================================== 01 setup
 
-GPUS_CC = [((7, 5), "a T4"), ((8, 0), "an A100"), ((7, 0), "a V100"), ((8, 6), "an A10G"), ((8, 9), "an L4"),
-           ((9, 0), "an H100"), ((6, 0), "a P100")]
+# (right answers, group size): hard questions (1 right), easy ones (all but 1 right), even ones, and groups with no
+# spread (every completion right, or every one wrong) - those last so a division by zero is named plainly.
+RIGHT_WRONG_CASES = [(1, 4), (3, 4), (2, 4), (1, 8), (7, 8), (4, 8), (1, 2), (2, 6), (0, 4), (4, 4), (0, 8), (8, 8)]
 
 
-def _judge_precision(fn):
-    from helpers.runtime import Runtime
+def right_wrong_truth(n_right: int, group_size: int) -> tuple[float, float]:
+    """(advantage of a right answer, of a wrong one) in a group of group_size completions of which n_right scored 1
+    and the rest 0, by helpers.grpo_math.group_advantages (TRL's default scale_rewards='group')."""
+    from helpers.grpo_math import group_advantages
 
+    adv = group_advantages([1.0] * n_right + [0.0] * (group_size - n_right))
+    return (adv[0] if n_right else 0.0), (adv[-1] if n_right < group_size else 0.0)
+
+
+def _judge_right_wrong(fn):
     if not callable(fn):
-        raise Fail("the answer", "pass the function itself: precision_for, not precision_for((7, 5))")
-    for cc, name in GPUS_CC:
-        truth = "bf16" if Runtime(on_colab=False, gpu_name=name, compute_capability=cc).bf16_supported else "fp16"
-        got = call(f"compute capability {cc} ({name})", fn, cc)
-        if got != truth:
-            why = ("bf16 needs compute capability 8.0 (Ampere) or newer" if truth == "fp16"
-                   else "this card has bf16, which is safer than fp16 (no loss scaling needed)")
-            raise Fail(f"compute capability {cc} ({name})",
-                       f"for compute capability {cc} ({name}) your function returned {got!r}; it should be "
-                       f"{truth!r}: {why}.")
+        raise Fail("the answer", "pass the function itself: right_wrong_advantages, not right_wrong_advantages(1, 4)")
+    for k, g in RIGHT_WRONG_CASES:
+        case = (f"{k} right of {g}" + (" (every completion right)" if k == g else " (every completion wrong)"
+                                       if k == 0 else ""))
+        want = right_wrong_truth(k, g)
+        try:
+            got = call(case, fn, k, g)
+        except Fail as f:
+            if k in (0, g):
+                f.message += (" - when every completion scored the same there is nothing to compare: std 0, every "
+                              "advantage 0, return (0.0, 0.0)")
+            raise
+        if not isinstance(got, (list, tuple)) or len(got) != 2:
+            raise Fail(case, f"for {case} you returned {got!r}; return a pair: (advantage of a right answer, "
+                             "advantage of a wrong answer).")
+        if _close(got[0], want[0], 2e-3) and _close(got[1], want[1], 2e-3):
+            continue
+        mean = k / g
+        pop = math.sqrt(mean * (1 - mean))
+        why = "reward minus the group's mean, divided by the group's sample std (n - 1) + 1e-4"
+        if k in (0, g):
+            why = "every completion scored the same: std 0, nothing to compare, every advantage is 0"
+        elif pop > 0 and _close(got[0], (1 - mean) / pop, 2e-3) and _close(got[1], -mean / pop, 2e-3):
+            why = "you divided by the population std (n); TRL uses the sample std (n - 1, trl.trainer.utils.nanstd)"
+        elif _close(got[0], 1 - mean, 2e-3) and _close(got[1], -mean, 2e-3):
+            why = "you subtracted the mean (the baseline) but did not divide by the group's std (+ 1e-4)"
+        elif _close(got[0], want[1], 2e-3) and _close(got[1], want[0], 2e-3):
+            why = "the pair is swapped: the right answer's advantage comes first"
+        elif _close(got[0], 1.0, 2e-3) and _close(got[1], 0.0, 2e-3):
+            why = "that is the raw reward: GRPO subtracts the group's mean, the baseline a value model would predict"
+        raise Fail(case, f"for {case} you returned ({float(got[0]):.4f}, {float(got[1]):.4f}); it should be "
+                         f"({want[0]:.4f}, {want[1]:.4f}): {why}.")
 
 
 nb01 = SimpleNamespace(q1=Exercise(
-    "q1", "write precision_for(compute_capability) -> 'bf16' or 'fp16' for a GPU's (major, minor) compute capability",
-    "compare tuples: (7, 5) < (8, 0) is True in Python. Which generation introduced bf16?",
+    "q1", "write right_wrong_advantages(n_right, group_size) -> (advantage of a right answer, advantage of a wrong "
+          "answer) when n_right of group_size completions scored 1 and the others 0",
+    "the group's mean is n_right / group_size (the baseline, what a value model would have to predict); the sample "
+    "std divides the sum of squared deviations by group_size - 1; add 1e-4 to it before dividing. All equal: (0, 0).",
     """
-    def precision_for(compute_capability):
-        return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
+    import math
+
+    def right_wrong_advantages(n_right, group_size):
+        if n_right in (0, group_size):
+            return 0.0, 0.0  # all equal: nothing to compare, nothing to learn
+        mean = n_right / group_size
+        squares = n_right * (1 - mean) ** 2 + (group_size - n_right) * mean ** 2
+        std = math.sqrt(squares / (group_size - 1))
+        return (1 - mean) / (std + 1e-4), (0 - mean) / (std + 1e-4)
     """,
-    _judge_precision, "a T4 (7.5) trains in fp16, Ampere (8.0) and newer in bf16 - as helpers.training.precision_flags does."))
+    _judge_right_wrong, "the same reward of 1 is a big push on a hard question and a small one on an easy question - "
+                        "the group did the value model's job (helpers.grpo_math.group_advantages agrees)."))
 
 
 # =========================================================================================== 02 load model
@@ -176,43 +216,51 @@ nb02 = SimpleNamespace(q1=Exercise(
 
 # =========================================================================================== 03 data
 
-GSM8K_CASES = [
-    ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72"),
-    ("She pays 500 + 500 = 1,000 dollars.\n#### 1,000", "1000"),
-    ("The ticket costs $18.\n#### $18", "18"),
-    ("The temperature fell to -5.\n#### -5", "-5"),
-    ("Half of 5 is 2.5.\n#### 2.5", "2.5"),
-]
+# (max_steps, completions per step, num_generations): the cpu and t4 presets' shapes and the same budgets split into
+# smaller or larger groups.
+QUESTIONS_CASES = [(40, 8, 4), (40, 8, 8), (250, 6, 6), (40, 8, 2), (100, 32, 8), (10, 16, 16), (30, 12, 4)]
 
 
-def _judge_gold(fn):
-    from helpers.data import parse_gsm8k_answer
+def questions_truth(max_steps: int, completions_per_step: int, num_generations: int) -> int:
+    """The prompts a run draws, from the kit's own Preset.prompts_per_step (one process, no accumulation)."""
+    from helpers.training import get_preset
 
+    preset = get_preset("cpu").with_overrides(max_steps=max_steps, per_device_train_batch_size=completions_per_step,
+                                              gradient_accumulation_steps=1, num_generations=num_generations)
+    return preset.prompts_per_step * preset.max_steps
+
+
+def _judge_questions(fn):
     if not callable(fn):
-        raise Fail("the answer", "pass the function itself: gold_number, not gold_number(text)")
-    for text, _ in GSM8K_CASES:
-        truth = parse_gsm8k_answer(text)
-        case = f"the GSM8K answer ending {text.splitlines()[-1]!r}"
-        got = call(case, fn, text)
-        if str(got).strip() != truth:
-            why = ""
-            if "," in str(got):
-                why = " - strip the thousands comma, as OpenAI's grader does"
-            elif "$" in str(got):
-                why = " - strip the currency sign"
-            elif "#" in str(got) or "\n" in str(got):
-                why = " - keep only what comes after '####'"
-            raise Fail(case, f"for {case} you returned {got!r}; it should be {truth!r}{why}.")
+        raise Fail("the answer", "pass the function itself: questions_per_run, not questions_per_run(40, 8, 8)")
+    for steps, batch, g in QUESTIONS_CASES:
+        case = f"max_steps={steps}, {batch} completions per step, num_generations={g}"
+        got = call(case, fn, steps, batch, g)
+        want = questions_truth(steps, batch, g)
+        if _close(got, want, 1e-9):
+            continue
+        why = "each step's completions come in groups of num_generations, one group per question"
+        if _close(got, steps * batch, 1e-9):
+            why = ("that counts completions: every question is answered num_generations times (its group, GRPO's "
+                   "baseline), so divide by num_generations")
+        elif _close(got, steps * g, 1e-9):
+            why = ("the batch counts completions, not questions (TRL >= 0.18): questions per step = completions "
+                   "per step / num_generations")
+        elif _close(got, batch / g, 1e-9):
+            why = "that is one step's questions: the run takes max_steps steps"
+        raise Fail(case, f"for {case} you returned {got!r}; it should be {want}: {why}.")
 
 
 nb03 = SimpleNamespace(q1=Exercise(
-    "q1", "write gold_number(answer_text) -> the GSM8K gold number as a string: after '####', without commas or '$'",
-    "text.split('####')[-1] gives what follows the last marker; str.replace removes characters; strip() spaces.",
+    "q1", "write questions_per_run(max_steps, completions_per_step, num_generations) -> how many questions "
+          "(prompts) a GRPO run draws from the training set",
+    "a step samples completions_per_step completions, num_generations of them for each question (its group).",
     """
-    def gold_number(answer_text):
-        return answer_text.split("####")[-1].strip().replace(",", "").replace("$", "")
+    def questions_per_run(max_steps, completions_per_step, num_generations):
+        return max_steps * completions_per_step // num_generations
     """,
-    _judge_gold, "the kit's helpers.data.parse_gsm8k_answer does the same (and refuses text without '####')."))
+    _judge_questions, "GRPO spends its sampling budget on depth (G answers per question), not breadth: a run reads "
+                      "few questions, so which ones matters (Preset.prompts_per_step agrees)."))
 
 
 # =========================================================================================== 04 rewards

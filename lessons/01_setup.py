@@ -136,25 +136,50 @@ from helpers.exercises import nb01 as ex
 
 
 # %% [markdown]
-# **Exercise 1.1.** The guard above refused bf16 on a T4. Write `precision_for(compute_capability)` that returns
-# `"bf16"` or `"fp16"` for a GPU's compute capability given as `(major, minor)`, e.g. `(7, 5)` for a T4.
+# **Exercise 1.1.** The group does the value model's job. Take the simplest reward: 1 for a right answer, 0 for a
+# wrong one. In a group of `group_size` completions of one question, `n_right` are right. Write
+# `right_wrong_advantages(n_right, group_size)` returning the pair (advantage of a right answer, advantage of a wrong
+# answer): reward minus the group's mean, divided by the group's standard deviation. TRL uses the *sample* standard
+# deviation (divide the squared deviations by `group_size - 1`) and adds `1e-4` to it; when every completion scored
+# the same, every advantage is 0. The check compares your pairs with the kit's `helpers.grpo_math.group_advantages`
+# (the computation in TRL's `GRPOTrainer`), then prints them for this preset's group size.
 
 # %% tags=["solution"]
-# Exercise 1.1: write precision_for(compute_capability) returning 'bf16' or 'fp16' for a GPU
+# Exercise 1.1: write right_wrong_advantages(n_right, group_size): the advantages of a right and of a wrong answer
 # SOLUTION
-def precision_for(compute_capability):
-    return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
+import math
+
+def right_wrong_advantages(n_right, group_size):
+    if n_right in (0, group_size):
+        return 0.0, 0.0  # all equal: nothing to compare, nothing to learn
+    mean = n_right / group_size
+    squares = n_right * (1 - mean) ** 2 + (group_size - n_right) * mean ** 2
+    std = math.sqrt(squares / (group_size - 1))
+    return (1 - mean) / (std + 1e-4), (0 - mean) / (std + 1e-4)
 
 
 # %%
-result = ex.q1.check(precision_for)
+result = ex.q1.check(right_wrong_advantages)
 if result.passed:
-    print("T4:", precision_for((7, 5)), "| A100:", precision_for((8, 0)))
+    G = kit.preset.num_generations
+    print(f"groups of {G} (this preset's num_generations), reward 1 = right, 0 = wrong:")
+    for n_right in range(G + 1):
+        right, wrong = right_wrong_advantages(n_right, G)
+        print(f"  {n_right} of {G} right (the group's mean, GRPO's baseline: {n_right / G:.2f}): "
+              f"a right answer {right:+.2f}, a wrong one {wrong:+.2f}")
 result
+
+# %% [markdown]
+# Read the table as a value model would. A question the model rarely solves (1 right of G) has a low baseline, so
+# its one right answer gets the biggest push up; on a question it nearly always solves, the rare wrong answer gets
+# the biggest push down. PPO needs a second network to learn that baseline for every question; GRPO reads it off
+# the group's own mean, at the price of sampling G answers per question. And when all G answers agree (first and
+# last rows), there is nothing to compare: that group teaches nothing (05 measures how often that happens).
 
 # %% [markdown]
 # ## Recap
 #
+# - GRPO's baseline is the group's own mean: a right answer to a hard question is pushed up hard, a wrong answer to an easy one pushed down hard, and a group whose answers all agree teaches nothing - no value model needed.
 # - One setup cell, three places: Colab installs the pinned stack once (then restarts), a local GPU or CPU uses the checkout as is.
 # - The guards run before anything loads; a missing GPU, bf16 on a T4 or too little free memory are reported with the fix.
 # - The preset (`cpu` or `t4`) is chosen automatically and validated; every notebook uses the same one.

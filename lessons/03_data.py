@@ -121,26 +121,45 @@ from helpers.exercises import nb03 as ex
 
 
 # %% [markdown]
-# **Exercise 3.1.** GSM8K's answers end with `#### <number>`, sometimes written `1,000` or `$18`. Write
-# `gold_number(answer_text)` that returns the number as a plain string (`"1000"`, `"18"`), as the rewards need it.
+# **Exercise 3.1.** How many questions does training read? A GRPO step samples a fixed number of completions
+# (TRL's `per_device_train_batch_size` counts completions, not prompts), and spends them on depth: `num_generations`
+# answers to each question, the group that serves as its own baseline. Write
+# `questions_per_run(max_steps, completions_per_step, num_generations)`: how many questions (prompts) a run draws
+# from the training set. The check compares it with the kit's `Preset.prompts_per_step`, then sets it beside this
+# preset's training set.
 
 # %% tags=["solution"]
-# Exercise 3.1: write gold_number(answer_text) returning the GSM8K gold number after '####', without commas or '$'
+# Exercise 3.1: write questions_per_run(max_steps, completions_per_step, num_generations): the prompts a run draws
 # SOLUTION
-def gold_number(answer_text):
-    return answer_text.split("####")[-1].strip().replace(",", "").replace("$", "")
+def questions_per_run(max_steps, completions_per_step, num_generations):
+    return max_steps * completions_per_step // num_generations
 
 
 # %%
-result = ex.q1.check(gold_number)
+result = ex.q1.check(questions_per_run)
 if result.passed:
-    print(gold_number("She pays 500 + 500 = 1,000.\n#### 1,000"))
+    p = kit.preset
+    budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
+    used = questions_per_run(p.max_steps, budget, p.num_generations)
+    print(f"this preset: {p.max_steps} steps x {budget} completions, groups of {p.num_generations} -> {used} questions "
+          f"of the {len(dataset)} in the training set ({used / len(dataset):.1%})")
+    for g in sorted({2, 4, p.num_generations, 16} & {d for d in range(2, budget + 1) if budget % d == 0}):
+        print(f"  the same {budget} completions per step in groups of {g}: {questions_per_run(p.max_steps, budget, g)} "
+              "questions")
 result
+
+# %% [markdown]
+# A run reads a small share of its training set, each question answered `num_generations` times. Smaller groups
+# would read more questions at the same cost, but each group's mean is a rougher baseline and more groups come out
+# all-right or all-wrong, with no spread and so no signal (05 puts a number on it). So the questions that are drawn
+# should be ones the model sometimes solves: neither hopeless nor trivial for it. On the synthetic set,
+# `data.synthetic_problems(n, levels=...)` sets that difficulty (exercise 1 below).
 
 # %% [markdown]
 # ## Recap
 #
 # - Every row has `prompt`, `answer` and `question`; the rewards read `answer`.
+# - A GRPO step spends its completions on depth: `num_generations` answers per question, so a run reads `max_steps x completions per step / num_generations` questions - few, so choose them well.
 # - The format is defined once in `helpers/prompts.py`; answers are read from the last `<answer>` block.
 # - TRL no longer truncates prompts: `filter_long_prompts` keeps every step within the memory budget.
 #

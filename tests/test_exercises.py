@@ -18,18 +18,24 @@ from helpers.rewards import completion_text
 # ------------------------------------------------------------------------------------------- answers
 
 
-def precision_right(cc):
-    return "bf16" if tuple(cc) >= (8, 0) else "fp16"
+def right_wrong_right(n_right, group_size):
+    if n_right in (0, group_size):
+        return 0.0, 0.0
+    m = n_right / group_size
+    s = math.sqrt((n_right * (1 - m) ** 2 + (group_size - n_right) * m ** 2) / (group_size - 1))
+    return (1 - m) / (s + 1e-4), -m / (s + 1e-4)
+
+
+def _pop_std_right_wrong(n_right, group_size):
+    m = n_right / group_size
+    s = math.sqrt(m * (1 - m))
+    return ((1 - m) / s, -m / s) if s else (0.0, 0.0)
 
 
 def trainable_right(model):
     ps = list(model.parameters())
     total = sum(p.numel() for p in ps)
     return sum(p.numel() for p in ps if p.requires_grad) / total if total else 0.0
-
-
-def gold_right(text):
-    return text.split("####")[-1].strip().replace(",", "").replace("$", "")
 
 
 def brevity_right(prompts=None, completions=None, **kwargs):
@@ -48,9 +54,9 @@ def pass_at_k_right(n, c, k):
 
 
 RIGHT = {
-    ("nb01", "q1"): precision_right,
+    ("nb01", "q1"): right_wrong_right,
     ("nb02", "q1"): trainable_right,
-    ("nb03", "q1"): gold_right,
+    ("nb03", "q1"): lambda steps, completions, g: steps * completions // g,
     ("nb04", "q1"): brevity_right,
     ("nb04", "q2"): advantages_right,
     ("nb05", "q1"): lambda p, g: p ** g + (1 - p) ** g,
@@ -70,17 +76,35 @@ def _pop_std_advantages(rewards):
 
 # (notebook, question, wrong answer, words the feedback must contain: the failing case and why)
 WRONG = [
-    ("nb01", "q1", lambda cc: "bf16", ["(7, 5)", "a T4", "'fp16'"]),
-    ("nb01", "q1", lambda cc: "fp16", ["(8, 0)", "an A100", "'bf16'"]),
-    ("nb01", "q1", lambda cc: "bf16" if cc[0] >= 7 else "fp16", ["(7, 5)", "should be 'fp16'"]),
-    ("nb01", "q1", "fp16", ["pass the function itself"]),
+    ("nb01", "q1", lambda k, g: (1 - k / g, -k / g), ["1 right of 4", "(1.4997, -0.4999)", "did not divide"]),
+    ("nb01", "q1", _pop_std_right_wrong, ["1 right of 4", "(1.7321, -0.5774)", "population std"]),
+    ("nb01", "q1", lambda k, g: (1.0, 0.0), ["1 right of 4", "raw reward", "baseline"]),
+    ("nb01", "q1", lambda k, g: right_wrong_right(k, g)[::-1], ["1 right of 4", "swapped"]),
+    ("nb01", "q1", lambda k, g: (1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
+     ["1 right of 4", "return a pair"]),
+    ("nb01", "q1", lambda k, g: ((1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
+                                 -k / g / math.sqrt(k * (g - k) / (g * (g - 1)))),
+     ["0 right of 4 (every completion wrong)", "ZeroDivisionError", "return (0.0, 0.0)"]),
+    ("nb01", "q1", lambda k, g: ((1 - k / g) / (math.sqrt(k * (g - k) / (g * (g - 1))) + 1e-4),
+                                 -k / g / (math.sqrt(k * (g - k) / (g * (g - 1))) + 1e-4)),
+     ["0 right of 4 (every completion wrong)", "(10000.0000, 0.0000)", "every advantage is 0"]),
+    ("nb01", "q1", lambda k, g: (0.5, -0.5) if k not in (0, g) else (1.0, 0.0),
+     ["1 right of 4", "(1.4997, -0.4999)"]),
+    ("nb01", "q1", lambda k, g: right_wrong_right(k, g) if k not in (0, g) else (1.0, -1.0),
+     ["0 right of 4", "every completion scored the same"]),
+    ("nb01", "q1", (1.5, -0.5), ["pass the function itself"]),
     ("nb02", "q1", lambda m: 1.0, ["10 trainable of 120", "0.0833"]),
     ("nb02", "q1", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
      / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
     ("nb02", "q1", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
-    ("nb03", "q1", lambda t: t.split("####")[-1].strip(), ["1,000", "'1000'", "comma"]),
-    ("nb03", "q1", lambda t: t.split("####")[-1].strip().replace(",", ""), ["$18", "'18'", "currency"]),
-    ("nb03", "q1", lambda t: t, ["#### 72", "after '####'"]),
+    ("nb03", "q1", lambda steps, completions, g: steps * completions,
+     ["max_steps=40, 8 completions per step, num_generations=4", "returned 320", "should be 80", "divide by"]),
+    ("nb03", "q1", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
+    ("nb03", "q1", lambda steps, completions, g: completions / g, ["returned 2.0", "max_steps steps"]),
+    ("nb03", "q1", lambda steps, completions, g: steps, ["num_generations=4", "returned 40", "should be 80"]),
+    ("nb03", "q1", lambda steps, completions, g: steps * completions // 8,
+     ["max_steps=40, 8 completions per step, num_generations=4", "should be 80"]),
+    ("nb03", "q1", 40, ["pass the function itself"]),
     ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
      ["gave 0.5", "101-word answer", "should be 0.0"]),
     ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
@@ -217,3 +241,20 @@ def test_an_unanswered_exercise_says_not_answered_yet():
                 if answer is placeholder and not callable(RIGHT[(ns, q)]):
                     continue  # a value answer: the placeholder is ... (Ellipsis), checked above
                 assert not result.passed and "not answered yet" in result.message, (ns, q, answer, result)
+
+
+def test_right_wrong_checker_agrees_with_group_advantages():
+    def via_kit(k, g):  # a student's route: ask the kit's function for one group
+        adv = group_advantages([1.0] * k + [0.0] * (g - k))
+        return (adv[0] if k else 0.0), (adv[-1] if k < g else 0.0)
+
+    assert E.nb01.q1.check(via_kit).passed
+    assert E.right_wrong_truth(1, 4) == pytest.approx((1.5, -0.5), abs=1e-3)  # by hand: mean 0.25, sample std 0.5
+
+
+def test_questions_checker_matches_the_presets():
+    from helpers.training import PRESETS
+
+    for name, p in PRESETS.items():
+        budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
+        assert E.questions_truth(p.max_steps, budget, p.num_generations) == p.prompts_per_step * p.max_steps, name
