@@ -277,6 +277,7 @@ def test_01_setup_runs(out_dir, shared_run_dir):
     assert "runtime:" in text and "precision flags for training" in text
     assert "STOP - No GPU is attached to this Colab session" in text
     assert "OK - precision flags {'bf16': False, 'fp16': True}" in text  # a T4 trains in fp16
+    assert "Correct!" in text and re.search(r"1 of \d+ right .*: a right answer \+\d", text), "exercise 1.1"
 
 
 @pytest.mark.slow
@@ -295,6 +296,7 @@ def test_03_data_runs(out_dir, shared_run_dir):
     assert re.search(r"max_prompt_length=256: kept \d+, dropped \d+", text)
     assert re.search(r"\(the median\): kept \d+, dropped [1-9]\d*", text), "the tight limit drops something"
     assert _has_image(nb), "the prompt-length histogram"
+    assert "Correct!" in text and re.search(r"-> \d+ questions of the \d+ in the training set", text), "exercise 3.1"
 
 
 @pytest.mark.slow
