@@ -68,7 +68,7 @@ def checkpoint_root(use_drive: bool = False, run_dir=None, environ=None, mount=N
             f"already on your own disk: use checkpoint_root(use_drive=False) -> {run_dir / TRAINER_SUBDIR}."
         )
     if mount is None:
-        from google.colab import drive  # noqa: PLC0415 - only exists on Colab
+        from google.colab import drive  # only exists on Colab: imported where used
 
         mount = drive.mount
     if not (DRIVE_MOUNT / "MyDrive").is_dir():

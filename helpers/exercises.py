@@ -229,7 +229,7 @@ def _judge_brevity(fn):
     if not callable(fn):
         raise Fail("the answer", "pass the reward function itself, not its result")
     cases = [
-        (f"a 10-word answer", _words(10), BREVITY_SCORE),
+        ("a 10-word answer", _words(10), BREVITY_SCORE),
         (f"an answer of exactly {MAX_WORDS} words", _words(MAX_WORDS), BREVITY_SCORE),
         (f"a {MAX_WORDS + 1}-word answer", _words(MAX_WORDS + 1), 0.0),
         ("a 300-word answer", _words(300), 0.0),

@@ -343,7 +343,7 @@ def drive_root(mount=None) -> Path:
     mount_point = COLAB_CONTENT / "drive"
     if not (mount_point / "MyDrive").is_dir():
         if mount is None:
-            from google.colab import drive  # noqa: PLC0415 - only exists on Colab
+            from google.colab import drive  # only exists on Colab: imported where used
 
             mount = drive.mount
         mount(str(mount_point))

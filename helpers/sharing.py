@@ -214,7 +214,7 @@ def hf_token(environ=None, userdata=None) -> str:
     environ = os.environ if environ is None else environ
     if userdata is None and any(k.startswith("COLAB_") for k in environ):
         try:
-            from google.colab import userdata  # noqa: PLC0415 - Colab only
+            from google.colab import userdata  # Colab only: imported where used
         except ImportError:
             userdata = None
     if userdata is not None:

@@ -129,7 +129,7 @@ course.print_preset(kit.preset)
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
 from helpers.exercises import nb01 as ex

@@ -141,7 +141,7 @@ untrained = course.show_untrained_answers(model, tokenizer, kit, n=min(3, kit.pr
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
 from helpers.exercises import nb02 as ex

@@ -114,7 +114,7 @@ print(f"prompt tokens with the worked example: {with_example}, without: {without
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
 from helpers.exercises import nb03 as ex

@@ -279,7 +279,7 @@ print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
 from helpers.exercises import nb04 as ex

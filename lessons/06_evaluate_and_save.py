@@ -65,7 +65,7 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
 from helpers.exercises import nb06 as ex

@@ -157,7 +157,7 @@ class PhaseMeter:
         while not self._stop.is_set():
             try:
                 self._device_peak = max(self._device_peak, self._used())
-            except Exception:  # the CUDA context is going away at exit
+            except Exception:  # noqa: BLE001 - the CUDA context is going away at exit
                 return
             time.sleep(self.interval_s)
 

@@ -112,7 +112,7 @@ def colab(tmp_path, monkeypatch):
 def run_setup_cell(**parameters):
     """Execute the setup cell as a notebook would, after its parameters cell; returns the notebook's namespace."""
     namespace = {**PARAMETERS, **parameters}
-    exec(compile(setup.SETUP_CELL, "<setup cell>", "exec"), namespace)
+    exec(compile(setup.SETUP_CELL, "<setup cell>", "exec"), namespace)  # noqa: S102 - the setup cell as a notebook runs it
     return namespace
 
 
