@@ -281,7 +281,7 @@ def settings_from_preset(preset) -> MemorySettings:
 
     model_name -> table key, load_in_4bit -> quant, fast_inference -> engine 'vllm' (+ its utilization),
     backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own loss.
-    The kit turns standby off (helpers.model.UNSLOTH_ENV) unless preset.extra['standby'] says otherwise.
+    Standby is off: the kit always turns it off (helpers.model.UNSLOTH_ENV); `--standby` asks what it would change.
     """
     cpu = preset.backend == "cpu"
     return MemorySettings(
@@ -299,7 +299,7 @@ def settings_from_preset(preset) -> MemorySettings:
         optim=preset.optim,
         engine="vllm" if preset.fast_inference else "hf",
         gpu_memory_utilization=preset.gpu_memory_utilization,
-        standby=bool(preset.extra.get("standby", False)),
+        standby=False,
         chunked_logits=preset.backend == "unsloth",
         offload_checkpoints=preset.backend == "unsloth" and preset.gradient_checkpointing,
         compute_dtype_bytes=4 if cpu else 2,

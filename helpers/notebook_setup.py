@@ -311,13 +311,15 @@ def import_unsloth_first() -> None:
 
 
 def need_free_gb(preset, runtime) -> float:
-    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does),
-    else the t4 preset's 7 GB budget."""
-    try:
-        from helpers.memory import estimate
+    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does).
 
+    A model the memory table does not know (e.g. the cpu preset's embedded one, or your own) has no prediction:
+    then the t4 preset's 7 GB budget. Any other error is a bug and is raised."""
+    from helpers.memory import MemoryModelError, estimate
+
+    try:
         return float(estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb)
-    except Exception:  # noqa: BLE001 - no memory model for this preset/card: fall back to the budget
+    except MemoryModelError:
         return T4_BUDGET_GB
 
 

@@ -90,13 +90,6 @@ def _tuple_of(kind):
     return parse
 
 
-def _json_dict(text):
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"note\": \"mine\"}'")
-    return value
-
-
 def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
     """One flag for one dataclass field, its type read from the annotation and its help from the field's metadata."""
     help_text = f.metadata.get("help", "")
@@ -114,8 +107,6 @@ def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
     elif typing.get_origin(base) is tuple:
         ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
                         help=help_text)
-    elif base is dict:
-        ap.add_argument(*flags, dest=f.name, type=_json_dict, default=default, help=help_text + " (JSON)")
     elif base is Path:
         ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
     elif base in (int, float, str):

@@ -77,8 +77,13 @@ class Preset:
     seed: int = _knob(0, "random seed (data split, LoRA init, sampling)")
     # evaluation
     eval_max_new_tokens: int = _knob(64, "tokens per answer when evaluating before and after")
-    extra: dict = _knob(help="free-form notes kept in config.json (e.g. the accelerate config a recipe uses)",
-                        default_factory=dict)
+    # launch (several processes, docs/scale-out.md): how the recipe's commands start it. accelerate decides the real
+    # process count; validate() checks the batch against the count it is given, and the tests against this one.
+    accelerate_config: str | None = _knob(
+        None, "the accelerate config the recipe is launched with (accelerate launch --config_file); None: one process")
+    num_processes: int = _knob(1, "training processes the recipe is launched with (accelerate launch --num_processes)")
+    train_gpus: str | None = _knob(None, "GPU ids of the training processes (CUDA_VISIBLE_DEVICES), e.g. 0,1,2,3,4,5")
+    vllm_server_gpus: str | None = _knob(None, "trl-vllm server mode: GPU ids `trl vllm-serve` runs on, e.g. 6,7")
 
     @property
     def prompts_per_step(self) -> int:
@@ -160,7 +165,7 @@ PRESETS = {
         eval_max_new_tokens=256,
     ),
     # ---- several GPUs (docs/scale-out.md): TRL's own vLLM, not Unsloth (its fast_inference path is one GPU).
-    # Launched with accelerate; extra["accelerate_config"] / extra["num_processes"] are what the doc's commands use.
+    # Launched with accelerate: accelerate_config and num_processes are what the doc's commands use.
     "a100x2-qwen7b-lora": Preset(
         name="a100x2-qwen7b-lora",
         description=(
@@ -187,7 +192,8 @@ PRESETS = {
         gradient_checkpointing=True,
         max_steps=250,
         eval_max_new_tokens=512,
-        extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 2},
+        accelerate_config="configs/accelerate/multi_gpu_zero2.yaml",
+        num_processes=2,
     ),
 }
 
@@ -208,8 +214,9 @@ PRESETS["8xh100-qwen7b-lora"] = replace(
     vllm_tensor_parallel_size=2,  # informational: passed to `trl vllm-serve --tensor-parallel-size`
     per_device_train_batch_size=8,  # 8 x 6 processes = 48 completions = 6 prompts per step
     gradient_accumulation_steps=1,
-    extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 6,
-           "vllm_server_gpus": "6,7", "train_gpus": "0,1,2,3,4,5"},
+    num_processes=6,
+    train_gpus="0,1,2,3,4,5",
+    vllm_server_gpus="6,7",
 )
 
 
@@ -235,7 +242,7 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
 
     for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "max_completion_length", "max_seq_length", "max_prompt_length", "max_steps", "lora_rank",
-                 "eval_max_new_tokens", "logging_steps"):
+                 "eval_max_new_tokens", "logging_steps", "num_processes"):
         value = getattr(p, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             bad(name, "must be a whole number >= 1", f"set {name} to a positive integer")
@@ -329,7 +336,9 @@ DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked
                "max_prompt_length", "eval_max_new_tokens")  # helpers.train.load_data / helpers.evaluation
 VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
                "vllm_tensor_parallel_size")  # trl-vllm backend only: GRPOConfig's vllm_* arguments
-RECORD_FIELDS = ("name", "description", "extra")  # bookkeeping: config.json only
+LAUNCH_FIELDS = ("accelerate_config", "num_processes", "train_gpus",
+                 "vllm_server_gpus")  # docs/scale-out.md's launch commands: config.json, read by no step
+RECORD_FIELDS = ("name", "description")  # bookkeeping: config.json only
 
 
 def refuse_unused_settings(p: Preset) -> None:
@@ -365,6 +374,9 @@ def refuse_unused_settings(p: Preset) -> None:
             if getattr(p, name) != default[name]:
                 refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
                              f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.vllm_server_gpus is not None and not (p.backend == "trl-vllm" and p.vllm_mode == "server"):
+        refuse("vllm_server_gpus", "only a trl-vllm preset in server mode starts `trl vllm-serve`",
+               "leave it None, or use a server-mode preset (e.g. 8xh100-qwen7b-lora)")
     if p.dataset == "gsm8k" and tuple(p.synthetic_levels) != default["synthetic_levels"]:
         refuse("synthetic_levels", "it picks the synthetic dataset's difficulty and this preset trains on gsm8k",
                "leave it at (1,), or set dataset='synthetic'")

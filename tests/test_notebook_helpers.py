@@ -196,3 +196,23 @@ def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
     with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
         notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
+
+
+def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypatch):
+    """The guard's free-memory figure: the predicted peak; the 7 GB budget only when the memory table lacks the
+    model; any other error (a bug in the prediction) is raised, not hidden behind the budget."""
+    from helpers import memory
+    from helpers.training import get_preset
+
+    t4, card = get_preset("t4"), fake_runtime("t4")
+    assert notebook_setup.need_free_gb(t4, card) == pytest.approx(memory.estimate(t4, gpu=card.total_gpu_gb,
+                                                                                   budget_gb=None).peak_gb)
+    unknown = t4.with_overrides(model_name="someone/unknown-model")
+    assert notebook_setup.need_free_gb(unknown, card) == notebook_setup.T4_BUDGET_GB
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug in the memory model")
+
+    monkeypatch.setattr(memory, "estimate", broken)
+    with pytest.raises(ZeroDivisionError):
+        notebook_setup.need_free_gb(t4, card)

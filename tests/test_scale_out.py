@@ -107,10 +107,10 @@ def test_scale_out_presets_are_valid_for_their_process_count(name):
     p = get_preset(name)
     assert p.backend == "trl-vllm" and p.model_name == "Qwen/Qwen2.5-7B-Instruct" and p.lora_rank > 0
     assert not p.load_in_4bit and not p.fast_inference  # no Unsloth: its vLLM path is single-GPU
-    validate(p, fake_runtime("h100"), num_processes=p.extra["num_processes"])
-    assert (ROOT / p.extra["accelerate_config"]).is_file()
+    validate(p, fake_runtime("h100"), num_processes=p.num_processes)
+    assert (ROOT / p.accelerate_config).is_file()
     with pytest.raises(PresetError, match="needs NVIDIA GPUs"):
-        validate(p, fake_runtime("cpu"), num_processes=p.extra["num_processes"])
+        validate(p, fake_runtime("cpu"), num_processes=p.num_processes)
 
 
 def test_scale_out_presets_cover_both_vllm_modes():
