@@ -31,20 +31,11 @@ def preset_from_run(run_dir, **overrides):
     return get_preset(saved["name"]).with_overrides(**fields)
 
 
-def heldout_rows(preset) -> list[dict]:
-    """The held-out questions helpers.train.build_datasets evaluates on."""
-    from helpers import data
-
-    if preset.dataset == "gsm8k":
-        return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=preset.eval_size))
-    return data.synthetic_problems(preset.eval_size, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
-                                   worked_example=preset.worked_example)
-
-
 def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
                  eval_max_new_tokens: int | None = None) -> dict:
     """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
     from helpers import runtime as rt
+    from helpers.data import heldout_questions
     from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after,
                                     side_by_side_text, write_eval)
     from helpers.model import load, load_cpu
@@ -55,7 +46,7 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(f"no saved adapter in {adapter}: train first (python -m helpers.train --run-dir "
                                 f"{run_dir}) or pass --adapter")
-    rows = heldout_rows(preset)
+    rows = heldout_questions(preset)
     if preset.backend == "cpu":
         model, tokenizer = load_cpu(preset, adapter_path=adapter)
         lora = None

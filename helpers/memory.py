@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-GIB = 1024**3
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from helpers.runtime import GIB
+from helpers.training import LORA_TARGETS
 
 # --------------------------------------------------------------------------------------------- constants
 

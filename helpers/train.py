@@ -223,7 +223,7 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
     earlier = [n for n in RUN_FILES if (run_dir / n).exists()] + ([f"{len(ckpts)} checkpoint(s)"] if ckpts else [])
     if overwrite:
         if earlier:
-            ck._say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)})")
+            ck.say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)})")
         for name in ("metrics.jsonl", "before.json", "eval.json"):
             if (run_dir / name).exists():
                 (run_dir / name).unlink()
@@ -266,17 +266,12 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
             ck.set_aside(c)
     step = latest.step if latest is not None else 0
     if latest is not None:
-        ck._say(f"resuming from step {step} ({latest.path})")
+        ck.say(f"resuming from step {step} ({latest.path})")
     else:
-        ck._say("this run stopped before its first complete checkpoint: continuing it from step 0")
+        ck.say("this run stopped before its first complete checkpoint: continuing it from step 0")
     ck.trim_metrics(run_dir / "metrics.jsonl", step)
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunPlan(run_dir, ckpt_dir, latest, continuing=True)
-
-
-def prepare_run_dir(run_dir: Path | None, preset_name: str, overwrite: bool, **kwargs) -> Path:
-    """Create the run folder (see plan_run); refuse to reuse one that holds a finished run unless told to."""
-    return plan_run(run_dir, preset_name, overwrite, **kwargs).run_dir
 
 
 def default_save_steps(preset) -> int:
@@ -286,17 +281,9 @@ def default_save_steps(preset) -> int:
 
 def build_datasets(preset, tokenizer):
     """(train Dataset, eval rows, number of prompts dropped for length)."""
-    from datasets import Dataset
-
     from helpers import data
 
-    if preset.dataset == "gsm8k":
-        train = data.load_gsm8k("train", worked_example=preset.worked_example, limit=preset.train_size)
-        heldout = list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=preset.eval_size))
-    else:
-        kw = dict(seed=preset.seed, levels=preset.synthetic_levels, worked_example=preset.worked_example)
-        train = Dataset.from_list(data.synthetic_problems(preset.train_size, "train", **kw))
-        heldout = data.synthetic_problems(preset.eval_size, "heldout", **kw)
+    train, heldout = data.training_questions(preset), data.heldout_questions(preset)
     train, dropped = data.filter_long_prompts(train, tokenizer, preset.max_prompt_length)
     if len(train) < preset.prompts_per_step:
         raise PresetError(

@@ -92,9 +92,12 @@ def test_plot_training_handles_rss_and_memory_keys(tmp_path):
              "rewards/correctness_reward/mean": 0.0, "completions/mean_length": 30.0},
             {"step": 2, "reward": 0.7, "reward_std": 0.2, "frac_reward_zero_std": 0.0,
              "rewards/correctness_reward/mean": 0.5, "completions/mean_length": 28.0}]
-    course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
-    course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
+    sampled = course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
+    logged = course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+    titles = [{ax.get_title() for ax in fig.axes} for fig in (sampled, logged)]
+    assert "process RSS (no memory/* logs); peak 1.50 GB" in titles[0]  # the samples, when nothing was logged
+    assert "process memory, RAM (GB)" in titles[1]  # the run's own memory/* logs win
 
 
 def test_rss_sampler_records_something():
