@@ -411,18 +411,11 @@ def load_for_eval(kit, adapter_path):
 
 
 def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dict:
-    """helpers.evaluation.evaluate on the same held-out rows without and with the adapter."""
-    from helpers.evaluation import evaluate
+    """helpers.evaluation.before_after on the preset's held-out rows (or `rows`)."""
+    from helpers.evaluation import before_after
 
     rows = heldout_rows(kit.preset) if rows is None else rows
-    if kit.preset.backend == "cpu":
-        with model.disable_adapter():
-            before = evaluate(model, tokenizer, rows, kit.preset)
-        after = evaluate(model, tokenizer, rows, kit.preset)
-    else:
-        before = evaluate(model, tokenizer, rows, kit.preset, lora_path=None)
-        after = evaluate(model, tokenizer, rows, kit.preset, lora_path=adapter_path)
-    return {"before": before, "after": after}
+    return before_after(model, tokenizer, rows, kit.preset, adapter_path)
 
 
 def write_eval(result: dict, path, settings=None, pass_at_k: dict | None = None) -> Path:

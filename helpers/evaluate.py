@@ -36,7 +36,7 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
     from helpers import runtime as rt
     from helpers.data import heldout_questions
-    from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after,
+    from helpers.evaluation import (before_after, eval_report, load_before, pass_at_k_before_after,
                                     side_by_side_text, write_eval)
     from helpers.model import load, load_cpu
 
@@ -49,22 +49,13 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     rows = heldout_questions(preset)
     if preset.backend == "cpu":
         model, tokenizer = load_cpu(preset, adapter_path=adapter)
-        lora = None
     else:
         model, tokenizer = load(preset, rt.detect())
-        lora = adapter
     before = load_before(run_dir / "before.json", preset)
-    if before is None:
-        print("[grpo-kit] evaluating without the adapter (greedy) ...")
-        if preset.backend == "cpu":
-            with model.disable_adapter():
-                before = evaluate(model, tokenizer, rows, preset)
-        else:
-            before = evaluate(model, tokenizer, rows, preset, lora_path=None)
-    else:
-        print("[grpo-kit] before: reusing before.json")
-    print("[grpo-kit] evaluating with the adapter (greedy) ...")
-    after = evaluate(model, tokenizer, rows, preset, lora_path=lora)
+    print("[grpo-kit] " + ("before: reusing before.json; " if before else "evaluating without the adapter, then ")
+          + "evaluating with the adapter (greedy) ...")
+    result = before_after(model, tokenizer, rows, preset, adapter, before=before)
+    before, after = result["before"], result["after"]
     pass_k = None
     if samples:
         print(f"[grpo-kit] sampled pass@k: {samples} samples per question, without and with the adapter ...")

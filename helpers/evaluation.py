@@ -47,6 +47,22 @@ def evaluate(model, tokenizer, rows: list[dict], settings, lora_path=None) -> di
     return score(completions, rows)
 
 
+def before_after(model, tokenizer, rows: list[dict], settings, adapter_path=None, before: dict | None = None) -> dict:
+    """{"before": ..., "after": ...} greedy accuracy on the same rows without and with the trained adapter.
+
+    Switched as pass_at_k_before_after does: a peft model (CPU) with model.disable_adapter(); Unsloth + vLLM (GPU)
+    by passing the saved adapter folder per request. before: a result to reuse (before.json) instead of evaluating.
+    """
+    on_vllm = has_vllm_engine(model)
+    if before is None and on_vllm:
+        before = evaluate(model, tokenizer, rows, settings, lora_path=None)
+    elif before is None:
+        with model.disable_adapter():
+            before = evaluate(model, tokenizer, rows, settings)
+    return {"before": before, "after": evaluate(model, tokenizer, rows, settings,
+                                                lora_path=adapter_path if on_vllm else None)}
+
+
 def summary_of(result: dict) -> dict:
     """The headline numbers without the samples (what summary.json stores)."""
     return {k: result[k] for k in ("accuracy", "format_rate", "n")}
