@@ -548,19 +548,11 @@ def show_guards() -> None:
         print(f"* {label}:\n    {verdict}")
 
 
-PRESET_GROUPS = {
-    "model": ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
-              "lora_rank", "lora_alpha"),
-    "data": ("dataset", "train_size", "eval_size", "worked_example", "max_prompt_length"),
-    "GRPO": ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-             "max_completion_length", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
-             "max_grad_norm", "optim", "gradient_checkpointing", "max_steps"),
-}
-
-
 def print_preset(preset) -> None:
-    """The preset's fields, grouped, with the prompts per step they imply."""
-    for group, names in PRESET_GROUPS.items():
+    """The preset's fields, grouped by where they take effect (helpers.training), with the prompts per step."""
+    from helpers.training import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS
+
+    for group, names in (("model", MODEL_FIELDS), ("data", DATA_FIELDS), ("GRPO", GRPO_CONFIG_FIELDS)):
         print(f"[{group}]")
         for name in names:
             print(f"  {name:<30} {getattr(preset, name)!r}")

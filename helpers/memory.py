@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from helpers.runtime import GIB
-from helpers.training import LORA_TARGETS
+from helpers.training import LORA_TARGETS, fraction_problem, group_problem, whole_number_problem
 
 # --------------------------------------------------------------------------------------------- constants
 
@@ -240,20 +240,19 @@ class MemorySettings:
     compute_dtype_bytes: int = 2  # fp16/bf16 activations; 4 for the CPU demo's fp32
 
     def validate(self) -> None:
+        """The rules a preset has too come from helpers.training (one home); the rest are the memory model's."""
         def bad(msg):
             raise MemoryModelError(msg)
 
+        def refuse(found):
+            if found:
+                name, problem, fix = found
+                bad(f"{name}={getattr(self, name)!r}: {problem}. Fix: {fix}.")
+
         for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                      "max_prompt_length", "max_completion_length"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                bad(f"{name}={v!r} must be a whole number >= 1. Fix: set a positive integer.")
-        if self.num_generations < 2:
-            bad(f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. Fix: use 4+.")
-        gen_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if gen_batch % self.num_generations:
-            bad(f"per_device_train_batch_size x gradient_accumulation_steps = {gen_batch} is not divisible by "
-                f"num_generations={self.num_generations}. Fix: make it a multiple of {self.num_generations}.")
+            refuse(whole_number_problem(name, getattr(self, name)))
+        refuse(group_problem(self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps))
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             bad(f"lora_rank={self.lora_rank!r}. Fix: a positive integer (0 means full fine-tuning).")
         if self.quant not in ("4bit", "16bit", "32bit"):
@@ -263,10 +262,7 @@ class MemorySettings:
         if self.engine not in ("vllm", "hf"):
             bad(f"engine={self.engine!r}. Fix: use 'vllm' or 'hf'.")
         for name in ("gpu_memory_utilization", "standby_utilization"):
-            u = getattr(self, name)
-            if u is not None and not (isinstance(u, (int, float)) and 0 < u < 1):
-                bad(f"{name}={u!r} is a fraction of the GPU and must be strictly between 0 and 1. "
-                    "Fix: use e.g. 0.3 on a T4 (vLLM takes this share of the card up front).")
+            refuse(fraction_problem(name, getattr(self, name)))
         if self.engine == "vllm" and self.gpu_memory_utilization is None:
             bad("engine='vllm' needs gpu_memory_utilization. Fix: set it, e.g. 0.3 on a T4.")
         if self.beta < 0:

@@ -229,6 +229,47 @@ def get_preset(name: str, **overrides) -> Preset:
     return preset.with_overrides(**overrides) if overrides else preset
 
 
+# The rules a preset and helpers.memory's what-if settings share. Each returns None, or (field, problem, fix).
+
+
+def whole_number_problem(name: str, value) -> tuple[str, str, str] | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return name, "must be a whole number >= 1", f"set {name} to a positive integer"
+    return None
+
+
+def group_problem(num_generations: int, per_device_train_batch_size: int, gradient_accumulation_steps: int,
+                  num_processes: int = 1) -> tuple[str, str, str] | None:
+    """GRPO compares num_generations completions of one prompt: a group of at least 2, and the generation batch
+    (completions per step over all processes) made of whole groups."""
+    if num_generations < 2:
+        return ("num_generations", "GRPO compares completions within a group, so it needs at least 2",
+                "use 4 or more (2 often ties: zero spread, zero gradient)")
+    per_process = per_device_train_batch_size * gradient_accumulation_steps
+    total = per_process * num_processes
+    if total % num_generations == 0:
+        return None
+    if num_processes > 1:
+        return ("per_device_train_batch_size",
+                f"with {num_processes} training processes the generation batch (per_device_train_batch_size "
+                f"x num_processes x gradient_accumulation_steps = {per_device_train_batch_size} x {num_processes} x "
+                f"{gradient_accumulation_steps} = {total}) is not divisible by num_generations={num_generations}",
+                f"make per_device_train_batch_size x {num_processes} x gradient_accumulation_steps a multiple of "
+                f"{num_generations} (change the batch size, gradient_accumulation_steps, num_generations, or "
+                "accelerate's --num_processes)")
+    return ("per_device_train_batch_size",
+            f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {per_process}) "
+            f"is not divisible by num_generations={num_generations}",
+            f"make it a multiple of {num_generations}, e.g. {num_generations * max(1, per_process // num_generations)}")
+
+
+def fraction_problem(name: str, value) -> tuple[str, str, str] | None:
+    """vLLM's share of the GPU (gpu_memory_utilization and the like)."""
+    if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1):
+        return name, "is the fraction of the GPU vLLM reserves and must be strictly between 0 and 1", "use e.g. 0.3 on a T4"
+    return None
+
+
 def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int = 1) -> None:
     """Raise PresetError for settings that cannot work, before any model is loaded.
 
@@ -243,35 +284,18 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
     for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "max_completion_length", "max_seq_length", "max_prompt_length", "max_steps", "lora_rank",
                  "eval_max_new_tokens", "logging_steps", "num_processes"):
-        value = getattr(p, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            bad(name, "must be a whole number >= 1", f"set {name} to a positive integer")
-    if p.num_generations < 2:
-        bad("num_generations", "GRPO compares completions within a group, so it needs at least 2",
-            "use 4 or more (2 often ties: zero spread, zero gradient)")
-    generation_batch = p.per_device_train_batch_size * p.gradient_accumulation_steps
-    if num_processes > 1 and (generation_batch * num_processes) % p.num_generations:
-        total = generation_batch * num_processes
-        bad("per_device_train_batch_size",
-            f"with {num_processes} training processes the generation batch (per_device_train_batch_size "
-            f"x num_processes x gradient_accumulation_steps = {p.per_device_train_batch_size} x {num_processes} x "
-            f"{p.gradient_accumulation_steps} = {total}) is not divisible by num_generations={p.num_generations}",
-            f"make per_device_train_batch_size x {num_processes} x gradient_accumulation_steps a multiple of "
-            f"{p.num_generations} (change the batch size, gradient_accumulation_steps, num_generations, or "
-            "accelerate's --num_processes)")
-    if num_processes == 1 and generation_batch % p.num_generations:
-        bad("per_device_train_batch_size",
-            f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {generation_batch}) "
-            f"is not divisible by num_generations={p.num_generations}",
-            f"make it a multiple of {p.num_generations}, e.g. {p.num_generations * max(1, generation_batch // p.num_generations)}")
+        if found := whole_number_problem(name, getattr(p, name)):
+            bad(*found)
+    if found := group_problem(p.num_generations, p.per_device_train_batch_size, p.gradient_accumulation_steps,
+                              num_processes):
+        bad(*found)
     if p.max_prompt_length + p.max_completion_length > p.max_seq_length:
         bad("max_completion_length",
             f"max_prompt_length ({p.max_prompt_length}) + max_completion_length ({p.max_completion_length}) "
             f"is longer than max_seq_length ({p.max_seq_length})",
             f"raise max_seq_length to at least {p.max_prompt_length + p.max_completion_length} or shorten the completion")
-    if p.gpu_memory_utilization is not None and not 0 < p.gpu_memory_utilization < 1:
-        bad("gpu_memory_utilization", "is the fraction of the GPU vLLM reserves and must be strictly between 0 and 1",
-            "use e.g. 0.3 on a T4")
+    if found := fraction_problem("gpu_memory_utilization", p.gpu_memory_utilization):
+        bad(*found)
     if p.fast_inference and p.gpu_memory_utilization is None:
         bad("gpu_memory_utilization", "fast_inference=True starts vLLM, which needs a memory fraction", "set it, e.g. 0.3")
     if not p.learning_rate > 0:
