@@ -107,10 +107,12 @@ def print_memory(snapshots: list[dict]) -> None:
               "driver; nvidia-smi = the whole card, including vLLM's up-front reservation and the CUDA context.")
 
 
-def plot_predicted_memory(kit, budget_gb: float = 7.0):
-    """The predicted GPU memory breakdown for the t4 preset (helpers.memory)."""
+def plot_predicted_memory(kit, budget_gb: float | None = None):
+    """The predicted GPU memory breakdown for the t4 preset (helpers.memory), against budget_gb (default: the
+    t4 preset's, memory.T4_BUDGET_GB)."""
     from helpers import memory
 
+    budget_gb = memory.T4_BUDGET_GB if budget_gb is None else budget_gb
     on_card = kit.runtime.has_gpu and kit.preset.name == "t4"
     gpu = kit.runtime.total_gpu_gb if on_card else "t4"
     total = kit.runtime.total_gpu_gb if on_card else 14.56

@@ -24,6 +24,8 @@ import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from helpers.memory import T4_BUDGET_GB
+
 _MISSING = object()
 
 
@@ -579,7 +581,7 @@ nb06 = SimpleNamespace(q1=Exercise(
 # =========================================================================================== 07 memory lab
 
 LAB_GENERATIONS = 8
-LAB_BUDGET_GB = 7.0
+LAB_BUDGET_GB = T4_BUDGET_GB
 LAB_STEP = 64
 
 

@@ -27,6 +27,8 @@ from helpers.training import LORA_TARGETS, fraction_problem, group_problem, whol
 
 # --------------------------------------------------------------------------------------------- constants
 
+# The GPU memory the t4 preset is sized for on a free Colab T4 (14.56 GiB card): the default budget everywhere.
+T4_BUDGET_GB = 7.0
 # bitsandbytes NF4 with double quantization (what Unsloth's -bnb-4bit checkpoints use): 4 bits per weight, one
 # 8-bit absmax per 64-weight block, one fp32 absmax per 256 such blocks.
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -466,7 +468,7 @@ class MemoryEstimate:
         return "\n".join(rows)
 
 
-def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = 7.0, **overrides) -> MemoryEstimate:
+def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = T4_BUDGET_GB, **overrides) -> MemoryEstimate:
     """Predict GRPO's GPU memory for a Preset (or preset name, or MemorySettings) on `gpu`.
 
     Two phases; the peak is the larger:
@@ -574,7 +576,7 @@ _COLORS = {"weights": "#4c72b0", "lora_params": "#55a868", "optimizer_states": "
            "reference_model": "#8c8c8c", "cuda_context_and_allocator": "#ccb974"}
 
 
-def plot_breakdown(estimates_or_one, budget_gb: float = 7.0, gpu_total_gb: float = 14.56, ax=None, labels=None):
+def plot_breakdown(estimates_or_one, budget_gb: float = T4_BUDGET_GB, gpu_total_gb: float = 14.56, ax=None, labels=None):
     """Stacked bars of each estimate's peak-phase components, with lines at the budget and the card; returns the figure."""
     import matplotlib.pyplot as plt
 
@@ -627,7 +629,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gpu-memory-utilization", type=float)
     ap.add_argument("--standby", action="store_true", default=None)
     ap.add_argument("--gpu", default="t4", help=f"one of {', '.join(GPUS)}")
-    ap.add_argument("--budget-gb", type=float, default=7.0)
+    ap.add_argument("--budget-gb", type=float, default=T4_BUDGET_GB)
     ap.add_argument("--json", action="store_true", help='print {"peak_gb", "fits", "budget_gb", "components"}')
     return ap
 

@@ -29,8 +29,6 @@ REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 KIT_DIRNAME = "grpo-course-kit"
 COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted at COLAB_CONTENT / "drive"
 COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
-# The t4 preset is sized for this much GPU memory (its 7 GiB budget); the guard asks for it free before loading.
-T4_BUDGET_GB = 7.0
 DEFAULT_RUN_DIR = "runs/course"
 
 # helpers.runtime imports torch only inside detect(), so this is safe before the Colab install.
@@ -315,7 +313,7 @@ def need_free_gb(preset, runtime) -> float:
 
     A model the memory table does not know (e.g. the cpu preset's embedded one, or your own) has no prediction:
     then the t4 preset's 7 GB budget. Any other error is a bug and is raised."""
-    from helpers.memory import MemoryModelError, estimate
+    from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
 
     try:
         return float(estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb)

@@ -211,7 +211,7 @@ def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypat
     assert notebook_setup.need_free_gb(t4, card) == pytest.approx(memory.estimate(t4, gpu=card.total_gpu_gb,
                                                                                    budget_gb=None).peak_gb)
     unknown = t4.with_overrides(model_name="someone/unknown-model")
-    assert notebook_setup.need_free_gb(unknown, card) == notebook_setup.T4_BUDGET_GB
+    assert notebook_setup.need_free_gb(unknown, card) == memory.T4_BUDGET_GB
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug in the memory model")
