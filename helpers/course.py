@@ -400,16 +400,10 @@ def ensure_adapter(kit, train_if_missing: bool = True, tiny_steps: int = 2, tiny
 
 
 def load_for_eval(kit, adapter_path):
-    """(model, tokenizer) able to answer with and without the trained adapter.
+    """(model, tokenizer) able to answer with and without the trained adapter (helpers.evaluation.load_for_eval)."""
+    from helpers.evaluation import load_for_eval as load
 
-    CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
-    GPU: Unsloth's model with vLLM; the adapter is passed per request (helpers.evaluation's lora_path).
-    """
-    from helpers.model import load, load_cpu
-
-    if kit.preset.backend == "cpu":
-        return load_cpu(kit.preset, adapter_path=adapter_path)
-    return load(kit.preset, kit.runtime)
+    return load(kit.preset, adapter_path, kit.runtime)
 
 
 def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dict:

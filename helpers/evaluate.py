@@ -34,11 +34,9 @@ def preset_from_run(run_dir, **overrides):
 def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
                  eval_max_new_tokens: int | None = None) -> dict:
     """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
-    from helpers import runtime as rt
     from helpers.data import heldout_questions
-    from helpers.evaluation import (before_after, eval_report, load_before, pass_at_k_before_after,
+    from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                     side_by_side_text, write_eval)
-    from helpers.model import load, load_cpu
 
     run_dir = Path(run_dir)
     preset = preset_from_run(run_dir, eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens)
@@ -47,13 +45,10 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
         raise FileNotFoundError(f"no saved adapter in {adapter}: train first (python -m helpers.train --run-dir "
                                 f"{run_dir}) or pass --adapter")
     rows = heldout_questions(preset)
-    if preset.backend == "cpu":
-        model, tokenizer = load_cpu(preset, adapter_path=adapter)
-    else:
-        model, tokenizer = load(preset, rt.detect())
+    model, tokenizer = load_for_eval(preset, adapter)
     before = load_before(run_dir / "before.json", preset)
-    print("[grpo-kit] " + ("before: reusing before.json; " if before else "evaluating without the adapter, then ")
-          + "evaluating with the adapter (greedy) ...")
+    print("[grpo-kit] " + ("before: reusing before.json; evaluating with the adapter" if before else
+                           "evaluating without, then with the adapter") + " (greedy) ...")
     result = before_after(model, tokenizer, rows, preset, adapter, before=before)
     before, after = result["before"], result["after"]
     pass_k = None

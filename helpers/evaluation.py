@@ -47,6 +47,20 @@ def evaluate(model, tokenizer, rows: list[dict], settings, lora_path=None) -> di
     return score(completions, rows)
 
 
+def load_for_eval(preset, adapter_path, runtime=None):
+    """(model, tokenizer) that can answer without and with the trained adapter (what before_after needs).
+
+    CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
+    GPU: Unsloth's model with vLLM; the adapter is passed per request (lora_path).
+    """
+    from helpers import runtime as rt
+    from helpers.model import load, load_cpu
+
+    if preset.backend == "cpu":
+        return load_cpu(preset, adapter_path=adapter_path)
+    return load(preset, runtime or rt.detect())
+
+
 def before_after(model, tokenizer, rows: list[dict], settings, adapter_path=None, before: dict | None = None) -> dict:
     """{"before": ..., "after": ...} greedy accuracy on the same rows without and with the trained adapter.
 
