@@ -19,7 +19,7 @@ def preset_from_run(run_dir, **overrides):
     """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
     from dataclasses import fields as dataclass_fields
 
-    from helpers.training import Preset, get_preset
+    from helpers.config import Preset, get_preset
 
     path = Path(run_dir) / "config.json"
     if not path.is_file():

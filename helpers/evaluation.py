@@ -272,7 +272,7 @@ def side_by_side_html(before: dict, after: dict, limit: int | None = 5) -> str:
 def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
     """In a notebook: the HTML table; elsewhere: the plain-text version."""
     try:
-        from helpers.dashboard import in_notebook
+        from helpers.run.dashboard import in_notebook
 
         if in_notebook():
             from IPython.display import HTML, display
@@ -290,7 +290,7 @@ def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
 def eval_report(before: dict, after: dict, settings=None, pass_at_k: dict | None = None) -> dict:
     """What eval.json holds: greedy accuracy/format before and after, pass@k if measured, every sample pair."""
     report = {"greedy": {"before": summary_of(before), "after": summary_of(after)},
-              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.course.write_eval
+              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.teaching.course.write_eval
               "pass_at_k": pass_at_k,
               "samples": side_by_side(before, after)}
     if settings is not None:

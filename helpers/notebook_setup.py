@@ -292,7 +292,7 @@ class Kit:
 
     root: Path
     runtime: object  # helpers.runtime.Runtime
-    preset: object  # helpers.training.Preset
+    preset: object  # helpers.config.Preset
     run_dir: Path
     overrides: dict
 
@@ -330,7 +330,7 @@ def resolve_preset_name(preset_name: str | None, runtime) -> str:
 
 # ------------------------------------------------------------------------------------- the Drive run folder
 
-DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.checkpoints keeps checkpoints in
+DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.run.checkpoints keeps checkpoints in
 
 
 def drive_root(mount=None) -> Path:
@@ -463,10 +463,10 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     adapter included, so a later runtime (06, another day) finds it. `mount` replaces google.colab.drive.mount.
     overrides: preset fields (max_steps, eval_size, num_generations, per_device_train_batch_size,
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
-    Raises helpers.runtime.RuntimeProblem / helpers.training.PresetError with the fix in the message.
+    Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
     """
     from helpers import runtime as rt
-    from helpers.training import get_preset, precision_flags, validate
+    from helpers.config import get_preset, precision_flags, validate
 
     needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()

@@ -83,7 +83,7 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # (`capstone/README.md`) is your own `train_grpo.py`. The recipes, straight from the presets:
 
 # %%
-from helpers.training import PRESETS
+from helpers.config import PRESETS
 
 for name in ("cpu", "t4"):
     p = PRESETS[name]
@@ -103,7 +103,7 @@ for name in ("cpu", "t4"):
 # Here is what is installed and what the preset needs:
 
 # %%
-from helpers import course
+from helpers.teaching import course
 report = course.environment_report(kit)
 
 # %% [markdown]
@@ -111,7 +111,7 @@ report = course.environment_report(kit)
 #
 # `helpers.runtime.check` turns the usual first-hour failures into a sentence with the fix. Below it is run on
 # machines we are *not* on (`helpers.runtime.fake_runtime`), so you can read every message whatever you run on.
-# A T4 has compute capability 7.5: no bf16, so training uses fp16 (`helpers.training.precision_flags`).
+# A T4 has compute capability 7.5: no bf16, so training uses fp16 (`helpers.config.precision_flags`).
 
 # %%
 course.show_guards()
@@ -132,7 +132,7 @@ course.print_preset(kit.preset)
 # you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb01 as ex
+from helpers.teaching.exercises import nb01 as ex
 
 
 # %% [markdown]

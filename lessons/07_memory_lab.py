@@ -56,8 +56,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # %%
 import matplotlib.pyplot as plt
 from helpers.memory import GPUS, MemorySettings, estimate, plot_breakdown
-from helpers.oom_doctor import cheapest_fixes, explain_oom
-from helpers.training import get_preset
+from helpers.memory.oom_doctor import cheapest_fixes, explain_oom
+from helpers.config import get_preset
 T4_GB = GPUS["t4"]
 
 # %% [markdown]
@@ -177,7 +177,7 @@ for name, row in peaks:
 # you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb07 as ex
+from helpers.teaching.exercises import nb07 as ex
 
 # %% [markdown]
 # **Exercise 7.1.** With 8 generations per prompt (batch 8) on the t4 preset, find the **largest

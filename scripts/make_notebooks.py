@@ -33,8 +33,8 @@ PLACEHOLDER = re.compile(r"\{\{([\w-]+)\.(\w+)\}\}")
 
 
 def fill_placeholders(text: str, where: str) -> str:
-    """{{preset.field}} -> the preset's value (helpers.training.PRESETS)."""
-    from helpers.training import PRESETS
+    """{{preset.field}} -> the preset's value (helpers.config.PRESETS)."""
+    from helpers.config import PRESETS
 
     def value(m):
         preset, field = m.group(1), m.group(2)

@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers import checkpoints as ck
 from helpers import train
+from helpers.run import checkpoints as ck
 
 
 def make_checkpoint(root: Path, step: int) -> Path:
@@ -179,7 +179,7 @@ def test_overwrite_says_what_it_replaces(tmp_path, capsys):
 
 def test_save_steps_reach_the_grpo_config():
     from helpers.runtime import Runtime
-    from helpers.training import get_preset, grpo_config_kwargs
+    from helpers.config import get_preset, grpo_config_kwargs
 
     kw = grpo_config_kwargs(get_preset("cpu"), Runtime(on_colab=False), save_steps=5)
     assert kw["save_strategy"] == "steps" and kw["save_steps"] == 5 and kw["save_only_model"] is False

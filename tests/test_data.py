@@ -96,8 +96,8 @@ def test_filter_works_on_a_datasets_dataset():
 def test_a_presets_questions_have_one_home():
     """helpers.data decides which questions a preset trains and is evaluated on; the notebooks (course) and the
     evaluate command read the same ones, and the held-out ones never appear in training."""
-    from helpers import course
-    from helpers.training import get_preset
+    from helpers.teaching import course
+    from helpers.config import get_preset
 
     preset = get_preset("cpu", train_size=40, eval_size=6, seed=3)
     train_rows = data.training_questions(preset)

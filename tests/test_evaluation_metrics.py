@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from helpers import evaluation, metrics
+from helpers import evaluation
+from helpers.run import metrics
 from helpers.prompts import format_completion
 
 ROWS = [{"question": f"q{i}", "answer": str(i)} for i in range(4)]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from helpers import memory as mm
 from helpers.memory import GIB, MODELS, MemorySettings, estimate
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 Q15 = MODELS["qwen2.5-1.5b"]
@@ -190,10 +190,10 @@ def test_plot_breakdown_draws_budget_and_card_lines():
 
 
 def test_settings_a_preset_shares_are_checked_by_the_presets_rules():
-    """helpers.training holds the rules (one home): a what-if with an unusable batch is refused with the same
+    """helpers.config holds the rules (one home): a what-if with an unusable batch is refused with the same
     problem and fix a preset gets."""
     from helpers.memory import MemoryModelError, MemorySettings, estimate
-    from helpers.training import PresetError, get_preset, validate
+    from helpers.config import PresetError, get_preset, validate
 
     with pytest.raises(PresetError) as preset_err:
         validate(get_preset("t4", per_device_train_batch_size=7))

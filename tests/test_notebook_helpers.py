@@ -1,4 +1,4 @@
-"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.course, helpers.reward_lab)."""
+"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.teaching.course, helpers.teaching.reward_lab)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import course, notebook_setup, reward_lab, train
+from helpers import notebook_setup, train
+from helpers.teaching import course, reward_lab
 from helpers.runtime import RuntimeProblem, fake_runtime
-from helpers.training import PresetError
+from helpers.config import PresetError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +206,7 @@ def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypat
     """The guard's free-memory figure: the predicted peak; the 7 GB budget only when the memory table lacks the
     model; any other error (a bug in the prediction) is raised, not hidden behind the budget."""
     from helpers import memory
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     t4, card = get_preset("t4"), fake_runtime("t4")
     assert notebook_setup.need_free_gb(t4, card) == pytest.approx(memory.estimate(t4, gpu=card.total_gpu_gb,

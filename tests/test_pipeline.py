@@ -11,7 +11,7 @@ import pytest
 
 from helpers import notebook_setup, train
 from helpers.model import peft_lora_kwargs
-from helpers.training import (DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS, RECORD_FIELDS, VLLM_FIELDS,
+from helpers.config import (DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS, RECORD_FIELDS, VLLM_FIELDS,
                               Preset, PresetError, get_preset)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_refusal_on_the_command_line_names_the_field_and_the_fix(tmp_path):
 def test_a_hand_written_config_that_drifts_from_the_preset_is_refused(tmp_path):
     from trl import GRPOConfig
 
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     run = train.prepare(get_preset("cpu", max_steps=2), train.RunOptions(run_dir=tmp_path))
     kwargs = grpo_config_kwargs(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),

@@ -96,7 +96,7 @@ def test_every_notebook_says_which_lesson_it_comes_from():
 
 
 def test_lessons_take_numbers_from_the_presets():
-    from helpers.training import PRESETS
+    from helpers.config import PRESETS
 
     params = next(c for c in nbformat.read(ROOT / "notebooks" / "05_train.ipynb", as_version=4).cells
                   if "parameters" in c.metadata.get("tags", [])).source

@@ -213,7 +213,7 @@ def _series(rows, key):
 def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training", rss_samples=None):
     """The dashboard figure from metric rows; saved to `path` if given. Returns the figure (closed if saved).
 
-    rss_samples: [(seconds, GB), ...] (helpers.course.RssSampler) drawn in the memory panel when the rows hold no
+    rss_samples: [(seconds, GB), ...] (helpers.teaching.course.RssSampler) drawn in the memory panel when the rows hold no
     memory/* keys."""
     import matplotlib
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from helpers.runtime import GIB
-from helpers.training import LORA_TARGETS, fraction_problem, group_problem, whole_number_problem
+from helpers.config import LORA_TARGETS, fraction_problem, group_problem, whole_number_problem
 
 # --------------------------------------------------------------------------------------------- constants
 
@@ -218,7 +218,7 @@ def gpu_total_gb(gpu) -> float:
 
 @dataclass(frozen=True)
 class MemorySettings:
-    """What decides GRPO's memory. Field names match helpers.training.Preset where both have one."""
+    """What decides GRPO's memory. Field names match helpers.config.Preset where both have one."""
 
     model: object = "qwen2.5-1.5b"  # table key, hub id, config.json path, or ModelArch
     quant: str = "4bit"  # "4bit" (bitsandbytes NF4), "16bit", or "32bit" (the CPU demo's fp32)
@@ -242,7 +242,7 @@ class MemorySettings:
     compute_dtype_bytes: int = 2  # fp16/bf16 activations; 4 for the CPU demo's fp32
 
     def validate(self) -> None:
-        """The rules a preset has too come from helpers.training (one home); the rest are the memory model's."""
+        """The rules a preset has too come from helpers.config (one home); the rest are the memory model's."""
         def bad(msg):
             raise MemoryModelError(msg)
 
@@ -275,7 +275,7 @@ class MemorySettings:
 
 
 def settings_from_preset(preset) -> MemorySettings:
-    """Map a helpers.training.Preset onto MemorySettings.
+    """Map a helpers.config.Preset onto MemorySettings.
 
     model_name -> table key, load_in_4bit -> quant, fast_inference -> engine 'vllm' (+ its utilization),
     backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own loss.
@@ -310,7 +310,7 @@ def as_settings(preset_or_settings, **overrides) -> MemorySettings:
     elif hasattr(preset_or_settings, "model_name") and hasattr(preset_or_settings, "backend"):
         s = settings_from_preset(preset_or_settings)
     elif isinstance(preset_or_settings, str):
-        from helpers.training import PresetError, get_preset
+        from helpers.config import PresetError, get_preset
 
         try:
             s = settings_from_preset(get_preset(preset_or_settings))
@@ -611,7 +611,7 @@ def plot_breakdown(estimates_or_one, budget_gb: float = T4_BUDGET_GB, gpu_total_
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m helpers.memory",
                                  description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
-    ap.add_argument("--preset", help="start from a preset of helpers.training (cpu, t4); flags below override it")
+    ap.add_argument("--preset", help="start from a preset of helpers.config (cpu, t4); flags below override it")
     ap.add_argument("--model", help=f"one of {', '.join(MODELS)}, a hub id, or a config.json path")
     ap.add_argument("--quant", choices=("4bit", "16bit"))
     ap.add_argument("--lora-rank", type=int, help="0 = full fine-tuning")
@@ -656,6 +656,3 @@ def main(argv=None) -> int:
     print(json.dumps(est.to_json()) if args.json else est.table())
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Exercises that check themselves (in the spirit of Kaggle's learntools), one namespace per notebook.
 
-    from helpers.exercises import nb04 as ex
+    from helpers.teaching.exercises import nb04 as ex
     ex.q1.hint()                       # a nudge
     ex.q1.check(brevity_reward)        # runs hidden test cases; says which case failed and why
     ex.q1.solution()                   # prints a reference solution
@@ -10,8 +10,8 @@ A failing check names the case ("your reward gave 0.5 to a 300-word answer; it s
 raises, so the rest of the notebook keeps running. Student code that raises is reported the same way.
 
 The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.runtime for bf16,
-helpers.data for GSM8K answers, helpers.grpo_math for advantages, helpers.memory.estimate for memory,
-helpers.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
+helpers.data for GSM8K answers, helpers.teaching.grpo_math for advantages, helpers.memory.estimate for memory,
+helpers.run.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
 of preset values or formulas moves the expected answers with them. tests/test_exercises.py runs every checker
 against known-wrong and known-right answers.
 """
@@ -130,7 +130,7 @@ nb01 = SimpleNamespace(q1=Exercise(
     def precision_for(compute_capability):
         return "bf16" if tuple(compute_capability) >= (8, 0) else "fp16"
     """,
-    _judge_precision, "a T4 (7.5) trains in fp16, Ampere (8.0) and newer in bf16 - as helpers.training.precision_flags does."))
+    _judge_precision, "a T4 (7.5) trains in fp16, Ampere (8.0) and newer in bf16 - as helpers.config.precision_flags does."))
 
 
 # =========================================================================================== 02 load model
@@ -259,7 +259,7 @@ def _judge_brevity(fn):
 
 
 def _judge_advantages(fn):
-    from helpers.grpo_math import group_advantages
+    from helpers.teaching.grpo_math import group_advantages
 
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: my_advantages, not my_advantages([...])")
@@ -314,7 +314,7 @@ nb04 = SimpleNamespace(
             std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
             return [(r - mean) / (std + 1e-4) for r in rewards]
         """,
-        _judge_advantages, "it matches helpers.grpo_math.group_advantages, which matches TRL 1.15."),
+        _judge_advantages, "it matches helpers.teaching.grpo_math.group_advantages, which matches TRL 1.15."),
 )
 
 
@@ -380,8 +380,8 @@ def synthetic_run(kind: str, steps: int = 20, seed: int = 0, cap: int = 64) -> l
 
 
 def diagnose(rows, cap: int = 64) -> tuple[str, str]:
-    """(kind, evidence) from helpers.dashboard's warning functions: the first warning that holds, else healthy."""
-    from helpers.dashboard import training_warnings
+    """(kind, evidence) from helpers.run.dashboard's warning functions: the first warning that holds, else healthy."""
+    from helpers.run.dashboard import training_warnings
 
     found = training_warnings(rows, max_completion_length=cap)
     if not found:
@@ -520,7 +520,7 @@ nb05 = SimpleNamespace(
             clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
             return min(ratio * advantage, clipped * advantage)
         """,
-        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.grpo_math)."),
+        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.teaching.grpo_math)."),
     q4=Exercise(
         "q4", "write kl_penalty(logp, ref_logp): TRL's per-token KL estimate between the policy and the reference "
               "model, exp(d) - d - 1 with d = ref_logp - logp; beta times it is added to each token's loss",

@@ -1,6 +1,6 @@
 """Turn a CUDA out-of-memory error into a short, ordered list of settings to change.
 
-    from helpers.oom_doctor import oom_advice
+    from helpers.memory.oom_doctor import oom_advice
     with oom_advice(preset, gpu="t4"):
         trainer.train()          # on an OOM: prints the original error line and the fixes, then re-raises
 

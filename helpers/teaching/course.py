@@ -5,7 +5,7 @@
 RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
 evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
 attach_trained_adapter.
-The training itself is helpers.train's named steps; the rewards playground is in helpers.reward_lab.
+The training itself is helpers.train's named steps; the rewards playground is in helpers.teaching.reward_lab.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers.memory_monitor import process_rss_gb
+from helpers.memory.monitor import process_rss_gb
 from helpers.runtime import GIB  # GB in this kit means GiB (2**30 bytes), as the memory model and runtime report
 
 # ------------------------------------------------------------------------------------------- 01 setup
@@ -217,7 +217,7 @@ def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, fl
 
 
 REWARD_FILE = "my_rewards.py"  # in RUN_DIR: 04 writes the student's rewards there, 05 trains with them
-REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.course.save_rewards). 05 trains with '
+REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.teaching.course.save_rewards). 05 trains with '
                  'them."""\nimport math\nimport re\n\nfrom helpers.rewards import answer_of, answers_match, '
                  'completion_text, parse_number\n\n')
 
@@ -324,12 +324,12 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
 
 
 def plot_training(rows: list[dict], path=None, rss_samples=None, title: str = "GRPO training"):
-    """The dashboard's figure (helpers.dashboard.plot_dashboard) for a finished run, kept open for the notebook.
+    """The dashboard's figure (helpers.run.dashboard.plot_dashboard) for a finished run, kept open for the notebook.
 
     When the run logged no memory/* keys, the memory panel shows rss_samples (RssSampler: seconds since the run
     started, GB) instead. Returns the figure; saves it to path if given.
     """
-    from helpers.dashboard import plot_dashboard
+    from helpers.run.dashboard import plot_dashboard
 
     fig = plot_dashboard(rows, title=title, rss_samples=rss_samples)
     if path is not None:
@@ -524,7 +524,7 @@ def show_guards() -> None:
     """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
     from helpers import runtime as rt
     from helpers.notebook_setup import need_free_gb
-    from helpers.training import get_preset, precision_flags
+    from helpers.config import get_preset, precision_flags
 
     t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)
     cases = [
@@ -545,8 +545,8 @@ def show_guards() -> None:
 
 
 def print_preset(preset) -> None:
-    """The preset's fields, grouped by where they take effect (helpers.training), with the prompts per step."""
-    from helpers.training import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS
+    """The preset's fields, grouped by where they take effect (helpers.config), with the prompts per step."""
+    from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS
 
     for group, names in (("model", MODEL_FIELDS), ("data", DATA_FIELDS), ("GRPO", GRPO_CONFIG_FIELDS)):
         print(f"[{group}]")
