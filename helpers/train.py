@@ -197,8 +197,20 @@ class RunPlan:
 
 
 def _config_differences(saved: dict, config: dict) -> list[str]:
+    """The settings that differ from the first start's. A setting only one side has (the kit gained or dropped a
+    preset field in between, e.g. Preset.extra became typed fields) is unchanged when it holds its default or is
+    empty: a run started before a kit update still resumes."""
+    defaults = json.loads(json.dumps({f.name: f.default for f in fields(Preset) if f.default is not MISSING},
+                                     default=list))
+
+    def differs(k):
+        if k in saved and k in config:
+            return saved[k] != config[k]
+        present = saved.get(k, config.get(k))
+        return present != defaults.get(k) and present not in ({}, [], None)
+
     keys = sorted((set(saved) | set(config)) - set(RESUMABLE_CHANGES))
-    return [f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in keys if saved.get(k) != config.get(k)]
+    return [f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in keys if differs(k)]
 
 
 def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bool | None = None,

@@ -191,3 +191,23 @@ def test_save_steps_reach_the_grpo_config():
     args = train.parse_args(["--save-steps", "3", "--keep", "4", "--no-resume"])
     assert args.save_steps == 3 and args.keep == 4 and args.resume is False
     assert train.parse_args([]).resume is None
+
+
+def test_a_run_started_before_a_kit_update_resumes(tmp_path):
+    """config.json from a kit whose Preset had `extra` (an untyped dict) and no launch fields: the same recipe."""
+    from dataclasses import asdict
+
+    from helpers.config import get_preset
+
+    now = json.loads(json.dumps(asdict(get_preset("cpu")), default=list))
+    before_update = {k: v for k, v in now.items()
+                     if k not in ("accelerate_config", "num_processes", "train_gpus", "vllm_server_gpus")}
+    run = _unfinished(tmp_path, steps=())
+    (run / "config.json").write_text(json.dumps({**before_update, "extra": {}}))
+    assert train.plan_run(run, "cpu", overwrite=False, config=now).continuing
+    (run / "config.json").write_text(json.dumps({**before_update, "extra": {"note": "mine"}}))
+    with pytest.raises(train.RunDirError, match="extra"):  # a setting that is gone but held something: refused
+        train.plan_run(run, "cpu", overwrite=False, config=now)
+    (run / "config.json").write_text(json.dumps(before_update))
+    with pytest.raises(train.RunDirError, match="num_processes"):  # a new field set away from its default
+        train.plan_run(run, "cpu", overwrite=False, config={**now, "num_processes": 2})
