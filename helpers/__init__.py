@@ -1,8 +1,36 @@
-"""Helpers for the GRPO course kit: every notebook calls into this package.
+"""Helpers for the GRPO course kit: every notebook and command calls into this package.
 
-One module per job: runtime (what machine is this), prompts (the answer format), data (questions),
-rewards (scoring completions), model (load + generate), training (presets -> GRPOConfig),
-evaluation (accuracy before/after), train (the command-line job).
+The core, flat (each imports only the core below it):
+    runtime.py         what machine this is: Colab, the GPU, free memory (GiB), bf16; the guards that refuse with the fix
+    config.py          the presets (cpu, t4, multi-GPU), their validation, the GRPOConfig each becomes on a runtime
+    prompts.py         the answer format, defined once: system prompt, tags, worked example
+    data.py            GSM8K and offline synthetic questions; which questions a preset trains and is evaluated on
+    rewards.py         reward functions with TRL's calling contract; numeric answer checking
+    model.py           load (Unsloth + vLLM on GPU, the embedded model + peft on CPU) and one generate() for both
+    cpu_compat.py      a plain-PyTorch stand-in for TRL's Triton log-prob kernel, which CPU PyTorch lacks
+    evaluation.py      greedy accuracy, format rate and pass@k, before and after training
+    sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed)
+    step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
+Front doors (commands and the notebooks' setup):
+    train.py           python -m helpers.train: the run as named steps (prepare ... finish), which notebook 05 calls too
+    evaluate.py        python -m helpers.evaluate: before/after and pass@k of a saved run
+    capstone.py        python -m helpers.capstone: checks a student's train_grpo.py
+    notebook_setup.py  the setup cell of every notebook: find or clone the kit, install on Colab, guard the runtime
+run/        the run pipeline's parts, attached to TRL's trainer by train.py:
+    metrics.py         metrics.jsonl per step, the reward curve
+    dashboard.py       live curves, samples and warnings while training
+    checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive
+    distributed.py     several processes under accelerate launch
+memory/     GPU memory, predicted and measured (python -m helpers.memory):
+    __init__.py        the memory model: predict GRPO's peak from the architecture and settings
+    monitor.py         memory/* figures added to every log
+    zero.py            memory per GPU under DeepSpeed ZeRO
+    oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit
+teaching/   what only the notebooks use:
+    course.py          one function per lesson step
+    exercises.py       self-checking exercises (ex.qN.check(...), .hint(), .solution())
+    reward_lab.py      the reward playground (ipywidgets)
+    grpo_math.py       GRPO's advantages and policy loss, exactly as TRL computes them, with a slider
 """
 
 __version__ = "0.1.0"

@@ -153,6 +153,29 @@ def synthetic_dataset(n: int, split: str = "train", **kwargs):
     return Dataset.from_list(synthetic_problems(n, split, **kwargs))
 
 
+# ------------------------------------------------------------------------------------- a preset's questions
+
+
+def training_questions(preset, limit: int | None = None):
+    """The questions a preset trains on (before the prompt-length filter), as a datasets.Dataset: the GSM8K train
+    split, or the synthetic train split with the preset's seed and levels. limit: at most that many."""
+    n = preset.train_size if limit is None else min(limit, preset.train_size)
+    if preset.dataset == "gsm8k":
+        return load_gsm8k("train", worked_example=preset.worked_example, limit=n)
+    return synthetic_dataset(n, "train", seed=preset.seed, levels=preset.synthetic_levels,
+                             worked_example=preset.worked_example)
+
+
+def heldout_questions(preset, n: int | None = None) -> list[dict]:
+    """The held-out questions a preset is evaluated on, before and after training (the GSM8K test split, or the
+    synthetic held-out split): the first n of them (default: the preset's eval_size)."""
+    n = preset.eval_size if n is None else n
+    if preset.dataset == "gsm8k":
+        return list(load_gsm8k("test", worked_example=preset.worked_example, limit=n))
+    return synthetic_problems(n, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
+                              worked_example=preset.worked_example)
+
+
 # --------------------------------------------------------------------------------------- prompt length filter
 
 

@@ -19,7 +19,7 @@ def preset_from_run(run_dir, **overrides):
     """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
     from dataclasses import fields as dataclass_fields
 
-    from helpers.training import Preset, get_preset
+    from helpers.config import Preset, get_preset
 
     path = Path(run_dir) / "config.json"
     if not path.is_file():
@@ -31,23 +31,12 @@ def preset_from_run(run_dir, **overrides):
     return get_preset(saved["name"]).with_overrides(**fields)
 
 
-def heldout_rows(preset) -> list[dict]:
-    """The held-out questions helpers.train.build_datasets evaluates on."""
-    from helpers import data
-
-    if preset.dataset == "gsm8k":
-        return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=preset.eval_size))
-    return data.synthetic_problems(preset.eval_size, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
-                                   worked_example=preset.worked_example)
-
-
 def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
                  eval_max_new_tokens: int | None = None) -> dict:
     """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
-    from helpers import runtime as rt
-    from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after,
+    from helpers.data import heldout_questions
+    from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                     side_by_side_text, write_eval)
-    from helpers.model import load, load_cpu
 
     run_dir = Path(run_dir)
     preset = preset_from_run(run_dir, eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens)
@@ -55,25 +44,13 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(f"no saved adapter in {adapter}: train first (python -m helpers.train --run-dir "
                                 f"{run_dir}) or pass --adapter")
-    rows = heldout_rows(preset)
-    if preset.backend == "cpu":
-        model, tokenizer = load_cpu(preset, adapter_path=adapter)
-        lora = None
-    else:
-        model, tokenizer = load(preset, rt.detect())
-        lora = adapter
+    rows = heldout_questions(preset)
+    model, tokenizer = load_for_eval(preset, adapter)
     before = load_before(run_dir / "before.json", preset)
-    if before is None:
-        print("[grpo-kit] evaluating without the adapter (greedy) ...")
-        if preset.backend == "cpu":
-            with model.disable_adapter():
-                before = evaluate(model, tokenizer, rows, preset)
-        else:
-            before = evaluate(model, tokenizer, rows, preset, lora_path=None)
-    else:
-        print("[grpo-kit] before: reusing before.json")
-    print("[grpo-kit] evaluating with the adapter (greedy) ...")
-    after = evaluate(model, tokenizer, rows, preset, lora_path=lora)
+    print("[grpo-kit] " + ("before: reusing before.json; evaluating with the adapter" if before else
+                           "evaluating without, then with the adapter") + " (greedy) ...")
+    result = before_after(model, tokenizer, rows, preset, adapter, before=before)
+    before, after = result["before"], result["after"]
     pass_k = None
     if samples:
         print(f"[grpo-kit] sampled pass@k: {samples} samples per question, without and with the adapter ...")

@@ -47,6 +47,36 @@ def evaluate(model, tokenizer, rows: list[dict], settings, lora_path=None) -> di
     return score(completions, rows)
 
 
+def load_for_eval(preset, adapter_path, runtime=None):
+    """(model, tokenizer) that can answer without and with the trained adapter (what before_after needs).
+
+    CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
+    GPU: Unsloth's model with vLLM; the adapter is passed per request (lora_path).
+    """
+    from helpers import runtime as rt
+    from helpers.model import load, load_cpu
+
+    if preset.backend == "cpu":
+        return load_cpu(preset, adapter_path=adapter_path)
+    return load(preset, runtime or rt.detect())
+
+
+def before_after(model, tokenizer, rows: list[dict], settings, adapter_path=None, before: dict | None = None) -> dict:
+    """{"before": ..., "after": ...} greedy accuracy on the same rows without and with the trained adapter.
+
+    Switched as pass_at_k_before_after does: a peft model (CPU) with model.disable_adapter(); Unsloth + vLLM (GPU)
+    by passing the saved adapter folder per request. before: a result to reuse (before.json) instead of evaluating.
+    """
+    on_vllm = has_vllm_engine(model)
+    if before is None and on_vllm:
+        before = evaluate(model, tokenizer, rows, settings, lora_path=None)
+    elif before is None:
+        with model.disable_adapter():
+            before = evaluate(model, tokenizer, rows, settings)
+    return {"before": before, "after": evaluate(model, tokenizer, rows, settings,
+                                                lora_path=adapter_path if on_vllm else None)}
+
+
 def summary_of(result: dict) -> dict:
     """The headline numbers without the samples (what summary.json stores)."""
     return {k: result[k] for k in ("accuracy", "format_rate", "n")}
@@ -242,7 +272,7 @@ def side_by_side_html(before: dict, after: dict, limit: int | None = 5) -> str:
 def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
     """In a notebook: the HTML table; elsewhere: the plain-text version."""
     try:
-        from helpers.dashboard import in_notebook
+        from helpers.run.dashboard import in_notebook
 
         if in_notebook():
             from IPython.display import HTML, display
@@ -260,7 +290,7 @@ def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
 def eval_report(before: dict, after: dict, settings=None, pass_at_k: dict | None = None) -> dict:
     """What eval.json holds: greedy accuracy/format before and after, pass@k if measured, every sample pair."""
     report = {"greedy": {"before": summary_of(before), "after": summary_of(after)},
-              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.course.write_eval
+              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.teaching.course.write_eval
               "pass_at_k": pass_at_k,
               "samples": side_by_side(before, after)}
     if settings is not None:

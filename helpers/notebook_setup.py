@@ -29,8 +29,6 @@ REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 KIT_DIRNAME = "grpo-course-kit"
 COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted at COLAB_CONTENT / "drive"
 COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
-# The t4 preset is sized for this much GPU memory (its 7 GiB budget); the guard asks for it free before loading.
-T4_BUDGET_GB = 7.0
 DEFAULT_RUN_DIR = "runs/course"
 
 # helpers.runtime imports torch only inside detect(), so this is safe before the Colab install.
@@ -294,7 +292,7 @@ class Kit:
 
     root: Path
     runtime: object  # helpers.runtime.Runtime
-    preset: object  # helpers.training.Preset
+    preset: object  # helpers.config.Preset
     run_dir: Path
     overrides: dict
 
@@ -311,13 +309,15 @@ def import_unsloth_first() -> None:
 
 
 def need_free_gb(preset, runtime) -> float:
-    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does),
-    else the t4 preset's 7 GB budget."""
-    try:
-        from helpers.memory import estimate
+    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does).
 
+    A model the memory table does not know (e.g. the cpu preset's embedded one, or your own) has no prediction:
+    then the t4 preset's 7 GB budget. Any other error is a bug and is raised."""
+    from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
+
+    try:
         return float(estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb)
-    except Exception:  # noqa: BLE001 - no memory model for this preset/card: fall back to the budget
+    except MemoryModelError:
         return T4_BUDGET_GB
 
 
@@ -330,7 +330,7 @@ def resolve_preset_name(preset_name: str | None, runtime) -> str:
 
 # ------------------------------------------------------------------------------------- the Drive run folder
 
-DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.checkpoints keeps checkpoints in
+DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.run.checkpoints keeps checkpoints in
 
 
 def drive_root(mount=None) -> Path:
@@ -343,7 +343,7 @@ def drive_root(mount=None) -> Path:
     mount_point = COLAB_CONTENT / "drive"
     if not (mount_point / "MyDrive").is_dir():
         if mount is None:
-            from google.colab import drive  # noqa: PLC0415 - only exists on Colab
+            from google.colab import drive  # only exists on Colab: imported where used
 
             mount = drive.mount
         mount(str(mount_point))
@@ -463,10 +463,10 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     adapter included, so a later runtime (06, another day) finds it. `mount` replaces google.colab.drive.mount.
     overrides: preset fields (max_steps, eval_size, num_generations, per_device_train_batch_size,
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
-    Raises helpers.runtime.RuntimeProblem / helpers.training.PresetError with the fix in the message.
+    Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
     """
     from helpers import runtime as rt
-    from helpers.training import get_preset, precision_flags, validate
+    from helpers.config import get_preset, precision_flags, validate
 
     needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()

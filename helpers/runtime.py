@@ -118,7 +118,7 @@ def start_gpu_process(preset_name: str | None) -> None:
 
     Does nothing for a CPU preset, and imports nothing when Unsloth is not installed (the runtime check says so).
     """
-    from helpers.training import PresetError, get_preset
+    from helpers.config import PresetError, get_preset
 
     try:
         backend = get_preset(preset_name).backend if preset_name else None

@@ -35,7 +35,9 @@ class MissingTokenError(SharingError):
     pass
 
 
-def _fresh_folder(path, overwrite: bool) -> Path:
+def fresh_folder(path, overwrite: bool) -> Path:
+    """A folder to write into: created if missing; one holding files is refused (SharingError, with the fix)
+    unless overwrite=True, which says what it replaces. Nothing a user made is removed silently."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         if not overwrite:
@@ -58,7 +60,7 @@ def _is_unsloth(model) -> bool:
 
 def save_adapter(model, tokenizer, path, overwrite: bool = False) -> Path:
     """The LoRA adapter and the tokenizer (megabytes). Loading it needs the same base model."""
-    path = _fresh_folder(path, overwrite)
+    path = fresh_folder(path, overwrite)
     if hasattr(model, "save_lora"):  # Unsloth with fast_inference: the form vLLM's load_lora reads
         model.save_lora(str(path))
     else:
@@ -135,7 +137,7 @@ def export_merged(model, tokenizer, path, settings=None, adapter_path=None, over
 
     import torch
 
-    path = _fresh_folder(path, overwrite)
+    path = fresh_folder(path, overwrite)
     if _is_unsloth(model):
         model.save_pretrained_merged(str(path), tokenizer, **merged_16bit_kwargs())
         return path
@@ -194,8 +196,8 @@ def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", ove
             raise SharingError(f"{folder} already exists and is not empty; nothing was written (Unsloth writes the "
                                f"merge into {Path(path)} and the GGUF files into {out}). Choose another folder, or "
                                "pass overwrite=True to replace them.")
-    path = _fresh_folder(path, overwrite)
-    _fresh_folder(out, overwrite)
+    path = fresh_folder(path, overwrite)
+    fresh_folder(out, overwrite)
     result = model.save_pretrained_gguf(str(path), tokenizer, **gguf_kwargs(quantization_method))
     if isinstance(result, dict) and result.get("gguf_directory"):
         out = Path(result["gguf_directory"])
@@ -214,7 +216,7 @@ def hf_token(environ=None, userdata=None) -> str:
     environ = os.environ if environ is None else environ
     if userdata is None and any(k.startswith("COLAB_") for k in environ):
         try:
-            from google.colab import userdata  # noqa: PLC0415 - Colab only
+            from google.colab import userdata  # Colab only: imported where used
         except ImportError:
             userdata = None
     if userdata is not None:

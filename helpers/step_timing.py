@@ -176,7 +176,7 @@ class StepTimer:
 
 
 def summarize_step_times(rows: list[dict]) -> dict:
-    """Sum a run's metrics.jsonl rows (helpers.metrics.read_metrics) into totals and shares for summary.json.
+    """Sum a run's metrics.jsonl rows (helpers.run.metrics.read_metrics) into totals and shares for summary.json.
 
     {"steps": N, "seconds": {"generation": ..., ..., "step": total}, "share": {"generation": 0.41, ...},
      "generation_tokens_per_s": ..., "seconds_per_step": ...}; {} when the rows hold no time/* keys.

@@ -13,7 +13,7 @@ One pipeline, two front doors: this command and notebook 05 call the same named 
     train(run, trainer)                                     # resumes from the latest complete checkpoint
     summary = finish(run, trainer, heldout, before)         # adapter/, evaluation after, plots, summary.json
 
-Every field of helpers.training.Preset is a flag (`--help` lists them with the field's own help text). Writes
+Every field of helpers.config.Preset is a flag (`--help` lists them with the field's own help text). Writes
 metrics.jsonl (one line per step), reward_curve.png, samples.jsonl (before/after answers to the same questions),
 adapter/ (the LoRA adapter), config.json and summary.json.
 """
@@ -31,7 +31,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from helpers import runtime as rt
-from helpers.training import Preset, PresetError, get_preset, validate
+from helpers.config import Preset, PresetError, get_preset, validate
 
 
 class RunDirError(ValueError):
@@ -90,13 +90,6 @@ def _tuple_of(kind):
     return parse
 
 
-def _json_dict(text):
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"note\": \"mine\"}'")
-    return value
-
-
 def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
     """One flag for one dataclass field, its type read from the annotation and its help from the field's metadata."""
     help_text = f.metadata.get("help", "")
@@ -114,8 +107,6 @@ def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
     elif typing.get_origin(base) is tuple:
         ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
                         help=help_text)
-    elif base is dict:
-        ap.add_argument(*flags, dest=f.name, type=_json_dict, default=default, help=help_text + " (JSON)")
     elif base is Path:
         ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
     elif base in (int, float, str):
@@ -201,13 +192,25 @@ RUN_FILES = ("summary.json", "metrics.jsonl", "adapter", "before.json", "config.
 class RunPlan:
     run_dir: Path
     checkpoint_dir: Path
-    resume_from: object = None  # helpers.checkpoints.Checkpoint, or None for a fresh start
+    resume_from: object = None  # helpers.run.checkpoints.Checkpoint, or None for a fresh start
     continuing: bool = False  # an unfinished run is being continued (from a checkpoint or from step 0)
 
 
 def _config_differences(saved: dict, config: dict) -> list[str]:
+    """The settings that differ from the first start's. A setting only one side has (the kit gained or dropped a
+    preset field in between, e.g. Preset.extra became typed fields) is unchanged when it holds its default or is
+    empty: a run started before a kit update still resumes."""
+    defaults = json.loads(json.dumps({f.name: f.default for f in fields(Preset) if f.default is not MISSING},
+                                     default=list))
+
+    def differs(k):
+        if k in saved and k in config:
+            return saved[k] != config[k]
+        present = saved.get(k, config.get(k))
+        return present != defaults.get(k) and present not in ({}, [], None)
+
     keys = sorted((set(saved) | set(config)) - set(RESUMABLE_CHANGES))
-    return [f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in keys if saved.get(k) != config.get(k)]
+    return [f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in keys if differs(k)]
 
 
 def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bool | None = None,
@@ -220,7 +223,7 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
       must be the same as the first start's (except RESUMABLE_CHANGES);
     - --overwrite removes the earlier run's metrics and checkpoints, saying what it removes.
     """
-    from helpers import checkpoints as ck
+    from helpers.run import checkpoints as ck
 
     if run_dir is None:
         run_dir = Path("runs") / f"{preset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -232,7 +235,7 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
     earlier = [n for n in RUN_FILES if (run_dir / n).exists()] + ([f"{len(ckpts)} checkpoint(s)"] if ckpts else [])
     if overwrite:
         if earlier:
-            ck._say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)})")
+            ck.say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)})")
         for name in ("metrics.jsonl", "before.json", "eval.json"):
             if (run_dir / name).exists():
                 (run_dir / name).unlink()
@@ -275,17 +278,12 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
             ck.set_aside(c)
     step = latest.step if latest is not None else 0
     if latest is not None:
-        ck._say(f"resuming from step {step} ({latest.path})")
+        ck.say(f"resuming from step {step} ({latest.path})")
     else:
-        ck._say("this run stopped before its first complete checkpoint: continuing it from step 0")
+        ck.say("this run stopped before its first complete checkpoint: continuing it from step 0")
     ck.trim_metrics(run_dir / "metrics.jsonl", step)
     run_dir.mkdir(parents=True, exist_ok=True)
     return RunPlan(run_dir, ckpt_dir, latest, continuing=True)
-
-
-def prepare_run_dir(run_dir: Path | None, preset_name: str, overwrite: bool, **kwargs) -> Path:
-    """Create the run folder (see plan_run); refuse to reuse one that holds a finished run unless told to."""
-    return plan_run(run_dir, preset_name, overwrite, **kwargs).run_dir
 
 
 def default_save_steps(preset) -> int:
@@ -295,17 +293,9 @@ def default_save_steps(preset) -> int:
 
 def build_datasets(preset, tokenizer):
     """(train Dataset, eval rows, number of prompts dropped for length)."""
-    from datasets import Dataset
-
     from helpers import data
 
-    if preset.dataset == "gsm8k":
-        train = data.load_gsm8k("train", worked_example=preset.worked_example, limit=preset.train_size)
-        heldout = list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=preset.eval_size))
-    else:
-        kw = dict(seed=preset.seed, levels=preset.synthetic_levels, worked_example=preset.worked_example)
-        train = Dataset.from_list(data.synthetic_problems(preset.train_size, "train", **kw))
-        heldout = data.synthetic_problems(preset.eval_size, "heldout", **kw)
+    train, heldout = data.training_questions(preset), data.heldout_questions(preset)
     train, dropped = data.filter_long_prompts(train, tokenizer, preset.max_prompt_length)
     if len(train) < preset.prompts_per_step:
         raise PresetError(
@@ -323,7 +313,7 @@ class Run:
     options: RunOptions
     reward_funcs: list
     runtime: object  # helpers.runtime.Runtime
-    dist: object  # helpers.distributed.ProcessInfo
+    dist: object  # helpers.run.distributed.ProcessInfo
     plan: RunPlan
     save_steps: int
     gpu: object  # the card we are on (GB), or "t4": what the OOM doctor sizes for
@@ -349,7 +339,7 @@ def prepare(preset: Preset, options: RunOptions | None = None, reward_funcs=None
     if options.dashboard not in DASHBOARD_MODES:
         raise PresetError(f"dashboard={options.dashboard!r} is not a dashboard mode. Fix: use one of {DASHBOARD_MODES}")
     runtime = rt.detect()
-    from helpers.distributed import on_main_then_share, process_info
+    from helpers.run.distributed import on_main_then_share, process_info
 
     dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
     validate(preset, runtime, num_processes=dist.world_size)  # before any model loads
@@ -373,7 +363,7 @@ def prepare(preset: Preset, options: RunOptions | None = None, reward_funcs=None
         Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     checkpoint_dir = options.checkpoint_dir
     if options.drive and checkpoint_dir is None:
-        from helpers.checkpoints import checkpoint_root
+        from helpers.run.checkpoints import checkpoint_root
 
         checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
     run = Run(preset=preset, options=options, reward_funcs=reward_funcs, runtime=runtime, dist=dist, plan=None,
@@ -401,7 +391,7 @@ def prepare(preset: Preset, options: RunOptions | None = None, reward_funcs=None
 def load_model(run: Run):
     """Step 2: (model, tokenizer) with a fresh LoRA adapter (helpers.model.load; notebook 02 shows the calls)."""
     from helpers.model import load
-    from helpers.oom_doctor import oom_advice
+    from helpers.memory.oom_doctor import oom_advice
 
     with oom_advice(run.preset, gpu=run.gpu):  # vLLM's KV-cache reservation can fail while loading
         run.model, run.tokenizer = load(run.preset, run.runtime)
@@ -439,8 +429,8 @@ def evaluate_before(run: Run, heldout) -> dict | None:
 
 
 def grpo_config(run: Run):
-    """The trl.GRPOConfig of this preset on this runtime (helpers.training.grpo_config_kwargs, contract-tested)."""
-    from helpers.training import build_grpo_config
+    """The trl.GRPOConfig of this preset on this runtime (helpers.config.grpo_config_kwargs, contract-tested)."""
+    from helpers.config import build_grpo_config
 
     return build_grpo_config(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),
                              save_steps=run.save_steps)
@@ -458,18 +448,18 @@ def check_config(run: Run, config) -> None:
 
 def kit_callbacks(run: Run) -> list:
     """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard."""
-    from helpers.distributed import rank_marker_callbacks
-    from helpers.memory_monitor import MemoryMonitor
-    from helpers.metrics import MetricsRecorder, read_metrics
+    from helpers.run.distributed import rank_marker_callbacks
+    from helpers.memory.monitor import MemoryMonitor
+    from helpers.run.metrics import MetricsRecorder, read_metrics
 
     # The monitor adds memory/* to the logs, so it must come before the recorder that writes them.
     callbacks = [MemoryMonitor(), MetricsRecorder(run.run_dir / "metrics.jsonl")] + rank_marker_callbacks()
     if run.save_steps and run.dist.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
-        from helpers.checkpoints import KeepLastCheckpoints
+        from helpers.run.checkpoints import KeepLastCheckpoints
 
         callbacks.append(KeepLastCheckpoints(run.plan.checkpoint_dir, run.options.keep))
     if run.options.dashboard != "off" and run.dist.is_main:
-        from helpers.dashboard import TrainingDashboard
+        from helpers.run.dashboard import TrainingDashboard
 
         callbacks.append(TrainingDashboard(run.run_dir, mode=run.options.dashboard,
                                            history=read_metrics(run.run_dir / "metrics.jsonl"),
@@ -504,7 +494,7 @@ def build_trainer(run: Run, train_dataset):
 def connect(trainer) -> None:
     """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions, and
     time each step's phases into metrics.jsonl (helpers.step_timing: time/generation_s, time/backward_s, ...)."""
-    from helpers.dashboard import TrainingDashboard
+    from helpers.run.dashboard import TrainingDashboard
     from helpers.step_timing import StepTimer
 
     for callback in trainer.callback_handler.callbacks:
@@ -524,7 +514,7 @@ def resume_checkpoint(run: Run) -> str | None:
 
 def train(run: Run, trainer) -> None:
     """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
-    from helpers.oom_doctor import oom_advice
+    from helpers.memory.oom_doctor import oom_advice
 
     connect(trainer)
     with oom_advice(run.preset, gpu=run.gpu):
@@ -539,10 +529,10 @@ def _train_seconds(trainer) -> float:
 
 def finish(run: Run, trainer, heldout, before) -> dict:
     """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json."""
-    from helpers.distributed import save_adapter_once, zero3_active
+    from helpers.run.distributed import save_adapter_once, zero3_active
     from helpers.evaluation import (eval_report, evaluate, pass_at_k_before_after, summary_of, write_eval,
                                     write_samples)
-    from helpers.metrics import plot_rewards, read_metrics
+    from helpers.run.metrics import plot_rewards, read_metrics
     from helpers.sharing import save_adapter
     from helpers.step_timing import summarize_step_times
 

@@ -83,7 +83,7 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # (`capstone/README.md`) is your own `train_grpo.py`. The recipes, straight from the presets:
 
 # %%
-from helpers.training import PRESETS
+from helpers.config import PRESETS
 
 for name in ("cpu", "t4"):
     p = PRESETS[name]
@@ -103,7 +103,7 @@ for name in ("cpu", "t4"):
 # Here is what is installed and what the preset needs:
 
 # %%
-from helpers import course
+from helpers.teaching import course
 report = course.environment_report(kit)
 
 # %% [markdown]
@@ -111,7 +111,7 @@ report = course.environment_report(kit)
 #
 # `helpers.runtime.check` turns the usual first-hour failures into a sentence with the fix. Below it is run on
 # machines we are *not* on (`helpers.runtime.fake_runtime`), so you can read every message whatever you run on.
-# A T4 has compute capability 7.5: no bf16, so training uses fp16 (`helpers.training.precision_flags`).
+# A T4 has compute capability 7.5: no bf16, so training uses fp16 (`helpers.config.precision_flags`).
 
 # %%
 course.show_guards()
@@ -129,10 +129,10 @@ course.print_preset(kit.preset)
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb01 as ex
+from helpers.teaching.exercises import nb01 as ex
 
 
 # %% [markdown]
@@ -141,7 +141,7 @@ from helpers.exercises import nb01 as ex
 # `right_wrong_advantages(n_right, group_size)` returning the pair (advantage of a right answer, advantage of a wrong
 # answer): reward minus the group's mean, divided by the group's standard deviation. TRL uses the *sample* standard
 # deviation (divide the squared deviations by `group_size - 1`) and adds `1e-4` to it; when every completion scored
-# the same, every advantage is 0. The check compares your pairs with the kit's `helpers.grpo_math.group_advantages`
+# the same, every advantage is 0. The check compares your pairs with the kit's `helpers.teaching.grpo_math.group_advantages`
 # (the computation in TRL's `GRPOTrainer`), then prints them for this preset's group size.
 
 # %% tags=["solution"]

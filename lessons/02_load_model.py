@@ -60,7 +60,7 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # usually means an earlier model is still in memory: Runtime > Restart session).
 
 # %%
-from helpers import course
+from helpers.teaching import course
 from helpers.model import import_unsloth, prepare_embedded_model
 
 p = kit.preset
@@ -141,10 +141,10 @@ untrained = course.show_untrained_answers(model, tokenizer, kit, n=min(3, kit.pr
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb02 as ex
+from helpers.teaching.exercises import nb02 as ex
 
 
 # %% [markdown]

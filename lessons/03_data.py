@@ -48,7 +48,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
 
 # %%
-from helpers import course, data, prompts
+from helpers import data, prompts
+from helpers.teaching import course
 
 dataset = course.course_dataset(kit.preset)
 print(f"{len(dataset)} training questions from the {kit.preset.dataset!r} set; columns: {dataset.column_names}")
@@ -114,10 +115,10 @@ print(f"prompt tokens with the worked example: {with_example}, without: {without
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb03 as ex
+from helpers.teaching.exercises import nb03 as ex
 
 
 # %% [markdown]

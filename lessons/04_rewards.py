@@ -48,7 +48,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
 
 # %%
-from helpers import prompts, rewards, reward_lab
+from helpers import prompts, rewards
+from helpers.teaching import reward_lab
 
 reward_lab.print_reward_rules()
 
@@ -148,7 +149,7 @@ for fn in MY_REWARDS:
     print(f"{fn.__name__}:  " + ", ".join(f"{label}={score:g}" for label, score in zip(labels, scores)))
 
 # %%
-from helpers import course
+from helpers.teaching import course
 
 tricky = {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}
 differences = course.compare_rewards(zip(MY_REWARDS, rewards.DEFAULT_REWARDS), tricky, answer=reward_lab.GOLD)
@@ -232,20 +233,20 @@ assert kit_scores["honest, formatted"]["total"] > best_hack
 # 1. **Rewards**: the total of the five rewards for each completion of the group.
 # 2. **Advantage** of completion *i*: `(reward_i - group mean) / (group std + 0.0001)`, with the *sample* standard
 #    deviation (n - 1), exactly as TRL 1.15 computes it (`scale_rewards="group"`, its default;
-#    `helpers.grpo_math.group_advantages`).
+#    `helpers.teaching.grpo_math.group_advantages`).
 # 3. **Update**: every token of completion *i* gets advantage *i*. Positive: the model makes those tokens more
 #    likely next time; negative: less likely; zero: no change.
 #
 # So if all completions score the same, every advantage is 0 and the step teaches nothing - the "zero-spread"
 # groups you will watch in 05. And because the advantages of a group add up to zero, the loss TRL prints starts
-# near 0 (see `helpers.grpo_math.first_step_loss` and the instructor guide): the signal is in the gradient, not in
+# near 0 (see `helpers.teaching.grpo_math.first_step_loss` and the instructor guide): the signal is in the gradient, not in
 # the loss value.
 #
 # A worked example: four completions of the apples question (gold answer 12), scored in the cell by the kit's
-# rewards (`helpers.grpo_math.example_group`).
+# rewards (`helpers.teaching.grpo_math.example_group`).
 
 # %%
-from helpers import grpo_math
+from helpers.teaching import grpo_math
 
 group = grpo_math.example_group()  # {completion: total reward from the kit's five rewards}
 rows = grpo_math.explain_group(list(group), list(group.values()))
@@ -279,10 +280,10 @@ print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb04 as ex
+from helpers.teaching.exercises import nb04 as ex
 
 # %% [markdown]
 # **Exercise 4.1.** Long rambling answers cost generation time and memory. Write a reward
@@ -309,7 +310,7 @@ if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewa
     course.save_rewards([brevity_reward], kit.run_dir)
 
 # %% [markdown]
-# **Exercise 4.2.** Without `helpers.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
+# **Exercise 4.2.** Without `helpers.teaching.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
 
 # %% tags=["solution"]
 # Exercise 4.2: write my_advantages(rewards) returning GRPO's advantage for each completion of one group

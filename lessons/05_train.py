@@ -63,8 +63,9 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # optimizer, gradient checkpointing, and no reference model (`beta=0`).
 
 # %%
-from helpers import course, train
-from helpers.metrics import read_metrics
+from helpers import train
+from helpers.teaching import course
+from helpers.run.metrics import read_metrics
 
 course.print_preset(kit.preset)
 
@@ -149,7 +150,7 @@ why = course.describe_config(kit, config)
 # goes for the t4 preset: vLLM's reservation (weights and KV cache), LoRA, optimizer, activations, logits and the
 # CUDA context. The dashed lines are the 7 GB budget and the 14.56 GB a T4 shows to PyTorch. While training, the
 # dashboard's memory panel shows what was really used; if a run ever runs out of memory, the kit prints the
-# cheapest changes that would fit (`helpers.oom_doctor`).
+# cheapest changes that would fit (`helpers.memory.oom_doctor`).
 
 # %%
 course.plot_predicted_memory(kit);
@@ -161,7 +162,7 @@ course.plot_predicted_memory(kit);
 # you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. The second exercise comes after training; training never waits for an answer.
 
 # %%
-from helpers.exercises import nb05 as ex
+from helpers.teaching.exercises import nb05 as ex
 
 
 # %% [markdown]
@@ -214,7 +215,7 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # ## Step 4: train, watch, resume
 #
 # `trainer.train()` runs the steps. While it trains, the cell shows a **live dashboard** that redraws in place at every step
-# (`helpers.dashboard`): reward per function, spread, zero-spread groups, completion length and clipping, KL (when
+# (`helpers.run.dashboard`): reward per function, spread, zero-spread groups, completion length and clipping, KL (when
 # `beta > 0`), memory, the latest sampled completions with their rewards, and a warning in plain words when
 # something goes wrong (no learning signal, answers cut off at the length cap, a collapsing reward).
 #
@@ -229,7 +230,7 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # the plots and `summary.json`.
 
 # %%
-from helpers.oom_doctor import oom_advice
+from helpers.memory.oom_doctor import oom_advice
 
 train.connect(trainer)  # the dashboard shows the trainer's latest sampled completions
 with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=run.gpu):  # an OOM prints the cheapest fixes
@@ -238,7 +239,7 @@ summary = train.finish(run, trainer, heldout, before)  # adapter/, evaluation af
 print(summary)
 
 # %%
-from helpers.checkpoints import list_checkpoints
+from helpers.run.checkpoints import list_checkpoints
 
 ckpt_root = run.plan.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
 kept = list_checkpoints(ckpt_root)
@@ -276,7 +277,7 @@ for name in course.run_files(kit.run_dir):
 # ## The policy update, with numbers from this run
 #
 # What did one of those steps do? Here is one step by hand, on one group of this run's model (CPU path), with the
-# loss written out in `helpers.grpo_math.policy_loss` and checked against TRL's own `GRPOTrainer._compute_loss`:
+# loss written out in `helpers.teaching.grpo_math.policy_loss` and checked against TRL's own `GRPOTrainer._compute_loss`:
 #
 # 1. sample `num_generations` completions of one question, score them, and turn the rewards into advantages (04);
 # 2. the **log-probability** of every sampled token under the policy that sampled it: `logp_old`;
@@ -295,7 +296,7 @@ for name in course.run_files(kit.run_dir):
 # %%
 import torch
 
-from helpers import grpo_math
+from helpers.teaching import grpo_math
 from helpers.model import generate
 
 if kit.on_gpu:
@@ -361,7 +362,7 @@ ex.q2.check(diagnoses)
 # %% [markdown]
 # **Exercise 5.3.** The per-token objective in the policy update above is PPO's clipped surrogate, which GRPO
 # keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
-# 1 + epsilon) x A)`. The check then compares it with `helpers.grpo_math.policy_loss` (TRL's loss is minus it).
+# 1 + epsilon) x A)`. The check then compares it with `helpers.teaching.grpo_math.policy_loss` (TRL's loss is minus it).
 
 # %% tags=["solution"]
 # Exercise 5.3: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
@@ -414,7 +415,7 @@ result
 # %%
 import matplotlib.pyplot as plt
 
-from helpers.metrics import read_metrics
+from helpers.run.metrics import read_metrics
 
 
 def short_run(beta: float, steps: int) -> list[dict]:

@@ -65,10 +65,10 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb06 as ex
+from helpers.teaching.exercises import nb06 as ex
 
 # %% [markdown]
 # **Exercise 6.1.** Write `my_pass_at_k(n, c, k)`: with `n` samples of which `c` are correct, the chance that at
@@ -99,7 +99,8 @@ result
 # the numbers then show the mechanics, not a trained model.
 
 # %%
-from helpers import course, sharing
+from helpers import sharing
+from helpers.teaching import course
 from helpers.evaluation import pass_at_k_before_after
 
 try:

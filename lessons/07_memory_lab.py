@@ -56,8 +56,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # %%
 import matplotlib.pyplot as plt
 from helpers.memory import GPUS, MemorySettings, estimate, plot_breakdown
-from helpers.oom_doctor import cheapest_fixes, explain_oom
-from helpers.training import get_preset
+from helpers.memory.oom_doctor import cheapest_fixes, explain_oom
+from helpers.config import get_preset
 T4_GB = GPUS["t4"]
 
 # %% [markdown]
@@ -174,10 +174,10 @@ for name, row in peaks:
 # ## Exercises with self-checks
 #
 # Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. 
+# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
 
 # %%
-from helpers.exercises import nb07 as ex
+from helpers.teaching.exercises import nb07 as ex
 
 # %% [markdown]
 # **Exercise 7.1.** With 8 generations per prompt (batch 8) on the t4 preset, find the **largest

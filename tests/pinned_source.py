@@ -26,7 +26,6 @@ import ast
 import functools
 import hashlib
 import html.parser
-import io
 import os
 import re
 import shutil
@@ -247,8 +246,8 @@ def metadata_requires(name: str, version: str | None = None) -> list[str]:
     root = source_root(name, version)
     for cand in list(root.glob("*.dist-info/METADATA")) + [root / "PKG-INFO"]:
         if cand.exists():
-            return [l.split(":", 1)[1].strip() for l in cand.read_text(errors="replace").splitlines()
-                    if l.startswith("Requires-Dist:")]
+            return [line.split(":", 1)[1].strip() for line in cand.read_text(errors="replace").splitlines()
+                    if line.startswith("Requires-Dist:")]
     raise PinnedSourceError(f"no METADATA/PKG-INFO in {root}")
 
 

@@ -7,28 +7,17 @@ README and docs/memory.md match the records, and the emulation arithmetic and pr
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from scripts import benchmark_memory as bm
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "results" / "gpu").glob("*.json"))
 
 # (preset, row) pairs measured but outside the model's calibrated range, each explained in docs/memory.md.
 UNCALIBRATED = {("cpu", "peak (reserved)")}
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_memory", ROOT / "scripts" / "benchmark_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-bm = _load_script()
 
 
 def _records():

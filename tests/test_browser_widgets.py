@@ -22,7 +22,7 @@ import pytest
 
 import notebook_browser as nbb
 from test_notebooks import TINY  # CI's smallest CPU settings, one home
-from helpers.grpo_math import group_advantages
+from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import score_completion
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -31,11 +31,11 @@ ROOT = nbb.ROOT
 REWARDS_LESSON = "04_rewards.ipynb"
 TRAINING_LESSON = "05_train.ipynb"
 
-# The reward playground (helpers.reward_lab.playground): a VBox holding the completion Textarea and the scores HTML.
+# The reward playground (helpers.teaching.reward_lab.playground): a VBox holding the completion Textarea and the scores HTML.
 PLAYGROUND = ".widget-vbox:has(> .widget-textarea):has(> .widget-html)"
-# The advantage sliders (helpers.grpo_math.AdvantageWidget): a VBox of rows "slider + label", then the table.
+# The advantage sliders (helpers.teaching.grpo_math.AdvantageWidget): a VBox of rows "slider + label", then the table.
 ADVANTAGES = ".widget-vbox:has(> .widget-hbox .widget-hslider):has(> .widget-html)"
-# The training dashboard (helpers.dashboard.TrainingDashboard in a notebook): status line, figure, samples.
+# The training dashboard (helpers.run.dashboard.TrainingDashboard in a notebook): status line, figure, samples.
 DASHBOARD_STATUS = ".grpo-dashboard-status"
 
 WRONG_FORMATTED = "<reasoning>3 + 4 = 7</reasoning>\n<answer>7</answer>"

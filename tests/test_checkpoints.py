@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from helpers import checkpoints as ck
 from helpers import train
+from helpers.run import checkpoints as ck
 
 
 def make_checkpoint(root: Path, step: int) -> Path:
@@ -179,7 +179,7 @@ def test_overwrite_says_what_it_replaces(tmp_path, capsys):
 
 def test_save_steps_reach_the_grpo_config():
     from helpers.runtime import Runtime
-    from helpers.training import get_preset, grpo_config_kwargs
+    from helpers.config import get_preset, grpo_config_kwargs
 
     kw = grpo_config_kwargs(get_preset("cpu"), Runtime(on_colab=False), save_steps=5)
     assert kw["save_strategy"] == "steps" and kw["save_steps"] == 5 and kw["save_only_model"] is False
@@ -191,3 +191,23 @@ def test_save_steps_reach_the_grpo_config():
     args = train.parse_args(["--save-steps", "3", "--keep", "4", "--no-resume"])
     assert args.save_steps == 3 and args.keep == 4 and args.resume is False
     assert train.parse_args([]).resume is None
+
+
+def test_a_run_started_before_a_kit_update_resumes(tmp_path):
+    """config.json from a kit whose Preset had `extra` (an untyped dict) and no launch fields: the same recipe."""
+    from dataclasses import asdict
+
+    from helpers.config import get_preset
+
+    now = json.loads(json.dumps(asdict(get_preset("cpu")), default=list))
+    before_update = {k: v for k, v in now.items()
+                     if k not in ("accelerate_config", "num_processes", "train_gpus", "vllm_server_gpus")}
+    run = _unfinished(tmp_path, steps=())
+    (run / "config.json").write_text(json.dumps({**before_update, "extra": {}}))
+    assert train.plan_run(run, "cpu", overwrite=False, config=now).continuing
+    (run / "config.json").write_text(json.dumps({**before_update, "extra": {"note": "mine"}}))
+    with pytest.raises(train.RunDirError, match="extra"):  # a setting that is gone but held something: refused
+        train.plan_run(run, "cpu", overwrite=False, config=now)
+    (run / "config.json").write_text(json.dumps(before_update))
+    with pytest.raises(train.RunDirError, match="num_processes"):  # a new field set away from its default
+        train.plan_run(run, "cpu", overwrite=False, config={**now, "num_processes": 2})

@@ -112,7 +112,7 @@ def colab(tmp_path, monkeypatch):
 def run_setup_cell(**parameters):
     """Execute the setup cell as a notebook would, after its parameters cell; returns the notebook's namespace."""
     namespace = {**PARAMETERS, **parameters}
-    exec(compile(setup.SETUP_CELL, "<setup cell>", "exec"), namespace)
+    exec(compile(setup.SETUP_CELL, "<setup cell>", "exec"), namespace)  # noqa: S102 - the setup cell as a notebook runs it
     return namespace
 
 
@@ -268,7 +268,8 @@ def test_use_drive_puts_the_whole_run_folder_on_drive(colab, monkeypatch):
     drive_runs = colab.content / "drive" / "MyDrive" / "grpo-kit" / "runs"
     assert colab.mounts == [str(colab.content / "drive")]
     assert kit.run_dir == drive_runs / "course" and kit.run_dir.is_dir()
-    from helpers import course, train
+    from helpers import train
+    from helpers.teaching import course
 
     seen = {}
     monkeypatch.setattr(train, "run_all", lambda preset, options, reward_funcs=None: seen.update(options=options) or {})
@@ -392,6 +393,6 @@ def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(t
 
 
 def test_drive_run_folders_and_checkpoints_share_one_drive_folder():
-    from helpers import checkpoints
+    from helpers.run import checkpoints
 
     assert checkpoints.DRIVE_FOLDER.name == setup.DRIVE_KIT_FOLDER

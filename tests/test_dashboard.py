@@ -6,7 +6,7 @@ from collections import defaultdict, deque
 
 import pytest
 
-from helpers import dashboard as db
+from helpers.run import dashboard as db
 
 RULES = db.WarningRules(no_signal_steps=3, clipped_ratio=0.5, clipped_steps=3, collapse_window=3,
                         collapse_fraction=0.5, collapse_min_drop=0.2)

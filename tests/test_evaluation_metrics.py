@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from helpers import evaluation, metrics
+from helpers import evaluation
+from helpers.run import metrics
 from helpers.prompts import format_completion
 
 ROWS = [{"question": f"q{i}", "answer": str(i)} for i in range(4)]
@@ -60,3 +61,42 @@ def test_recorder_writes_one_line_per_step_and_plot(tmp_path):
 def test_plot_without_rewards_says_why(tmp_path):
     with pytest.raises(ValueError, match="no reward values"):
         metrics.plot_rewards([{"step": 1, "loss": 0.1}], tmp_path / "x.png")
+
+
+class _PeftLike:
+    """A CPU model holding its adapter: disable_adapter() switches it off for the `with` block."""
+
+    def __init__(self):
+        self.adapter_on = True
+
+    def disable_adapter(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def off():
+            self.adapter_on = False
+            yield
+            self.adapter_on = True
+        return off()
+
+
+class _VllmLike:
+    vllm_engine = object()  # what Unsloth sets when it really started vLLM (helpers.model.has_vllm_engine)
+
+
+def test_before_after_switches_the_adapter_the_way_each_backend_needs(monkeypatch):
+    calls = []
+
+    def fake_evaluate(model, tokenizer, rows, settings, lora_path=None):
+        calls.append((getattr(model, "adapter_on", None), lora_path))
+        return {"accuracy": float(len(calls))}
+
+    monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
+    cpu = evaluation.before_after(_PeftLike(), None, ROWS, None, adapter_path="adapter")
+    assert calls == [(False, None), (True, None)] and cpu == {"before": {"accuracy": 1.0}, "after": {"accuracy": 2.0}}
+    calls.clear()
+    evaluation.before_after(_VllmLike(), None, ROWS, None, adapter_path="adapter")
+    assert calls == [(None, None), (None, "adapter")]  # vLLM: the base model is the request without the adapter
+    calls.clear()
+    reused = evaluation.before_after(_PeftLike(), None, ROWS, None, before={"accuracy": 0.5})
+    assert calls == [(True, None)] and reused["before"] == {"accuracy": 0.5}  # before.json reused, not re-evaluated

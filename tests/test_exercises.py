@@ -1,4 +1,4 @@
-"""Every self-check exercise (helpers.exercises) against known-right and known-wrong answers.
+"""Every self-check exercise (helpers.teaching.exercises) against known-right and known-wrong answers.
 
 A wrong answer must fail with feedback that names the failing case; a right one must pass; the reference solution
 printed by .solution() must itself pass; hint() and solution() print something. Fast: no model is loaded.
@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from helpers import exercises as E
-from helpers.grpo_math import group_advantages
+from helpers.teaching import exercises as E
+from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import completion_text
 
 # ------------------------------------------------------------------------------------------- answers
@@ -200,7 +200,7 @@ def test_printed_solution_passes_its_own_check(key, capsys):
     scope: dict = {}
     if key == ("nb07", "q1"):  # the lab notebook's own names
         from helpers.memory import estimate
-        from helpers.training import get_preset
+        from helpers.config import get_preset
 
         scope.update(estimate=estimate, t4=get_preset("t4"))
     exec(compile(source, f"<solution {key}>", "exec"), scope)  # noqa: S102 - our own reference solution
@@ -253,7 +253,7 @@ def test_right_wrong_checker_agrees_with_group_advantages():
 
 
 def test_questions_checker_matches_the_presets():
-    from helpers.training import PRESETS
+    from helpers.config import PRESETS
 
     for name, p in PRESETS.items():
         budget = p.per_device_train_batch_size * p.gradient_accumulation_steps

@@ -32,7 +32,7 @@ import pinned_source as ps
 
 @pytest.fixture(scope="module")
 def t4_settings():
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     return get_preset("t4")
 
@@ -155,7 +155,7 @@ def test_sampling_params_accepts_kit_kwargs(t4_settings, vllm_root, greedy):
 
 def test_grpo_config_accepts_kit_kwargs(t4_settings, t4_runtime):
     import trl
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
     unknown = set(grpo_config_kwargs(t4_settings, t4_runtime)) - fields
@@ -163,7 +163,7 @@ def test_grpo_config_accepts_kit_kwargs(t4_settings, t4_runtime):
 
 
 def test_grpo_config_t4_precision(t4_settings, t4_runtime):
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     kw = grpo_config_kwargs(t4_settings, t4_runtime)
     assert kw.get("bf16") is False and kw.get("fp16") is True, "a T4 (sm_75) has no bf16: GRPOConfig needs fp16"
@@ -344,7 +344,7 @@ def test_kit_export_methods_are_known_values(unsloth_root):
 
 def test_grpo_config_with_checkpoints_accepts_kit_kwargs(t4_settings, t4_runtime):
     import trl
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     fields = {f.name for f in dataclasses.fields(trl.GRPOConfig) if f.init}
     kw = grpo_config_kwargs(t4_settings, t4_runtime, save_steps=25)

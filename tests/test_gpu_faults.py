@@ -22,7 +22,7 @@ import torch
 from helpers import model as hm
 from helpers import runtime as rt
 from helpers import sharing
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 T4 = get_preset("t4")
@@ -299,6 +299,6 @@ def test_python_m_helpers_train_imports_unsloth_before_transformers(tmp_path):
 
 
 def test_memory_monitor_module_does_not_import_transformers():
-    code = "import sys, helpers.memory_monitor; print('transformers' in sys.modules)"
+    code = "import sys, helpers.memory.monitor; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

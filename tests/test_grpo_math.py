@@ -1,4 +1,4 @@
-"""helpers.grpo_math against hand-computed numbers and against TRL 1.15's own advantage code.
+"""helpers.teaching.grpo_math against hand-computed numbers and against TRL 1.15's own advantage code.
 
 TRL computes the advantages inline in GRPOTrainer._generate_and_score_completions (not a function we can call),
 so the cross-check re-runs those exact tensor lines with TRL's exported nanstd (trl.trainer.utils.nanstd), and a
@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from helpers import grpo_math as G
+from helpers.teaching import grpo_math as G
 
 
 def test_hand_computed_group():
@@ -73,7 +73,7 @@ def test_pinned_trl_still_computes_advantages_this_way():
     src = inspect.getsource(grpo_trainer.GRPOTrainer._generate_and_score_completions)
     for line in ("advantages = rewards - mean_grouped_rewards", "advantages = advantages / (std_rewards + 1e-4)",
                  "std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)"):
-        assert line in src, f"TRL changed its advantage computation: {line!r} is gone; update helpers/grpo_math.py"
+        assert line in src, f"TRL changed its advantage computation: {line!r} is gone; update helpers/teaching/grpo_math.py"
     from trl import GRPOConfig
 
     assert GRPOConfig.__dataclass_fields__["scale_rewards"].default == "group"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from helpers import memory as mm
 from helpers.memory import GIB, MODELS, MemorySettings, estimate
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 Q15 = MODELS["qwen2.5-1.5b"]
@@ -187,3 +187,16 @@ def test_plot_breakdown_draws_budget_and_card_lines():
     fig = mm.plot_breakdown([estimate(get_preset("t4")), estimate(get_preset("t4"), gpu_memory_utilization=0.6)])
     ys = sorted(round(line.get_ydata()[0], 2) for line in fig.axes[0].get_lines())
     assert ys == [7.0, 14.56]
+
+
+def test_settings_a_preset_shares_are_checked_by_the_presets_rules():
+    """helpers.config holds the rules (one home): a what-if with an unusable batch is refused with the same
+    problem and fix a preset gets."""
+    from helpers.memory import MemoryModelError, MemorySettings, estimate
+    from helpers.config import PresetError, get_preset, validate
+
+    with pytest.raises(PresetError) as preset_err:
+        validate(get_preset("t4", per_device_train_batch_size=7))
+    with pytest.raises(MemoryModelError) as memory_err:
+        estimate(MemorySettings(per_device_train_batch_size=7), gpu="t4")
+    assert str(memory_err.value) == str(preset_err.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from helpers.memory_monitor import MemoryMonitor
+from helpers.memory.monitor import MemoryMonitor
 
 
 def test_on_cpu_adds_rss_to_logs():
@@ -16,7 +16,7 @@ def test_on_cpu_adds_rss_to_logs():
 
 
 def test_keys_reach_metrics_jsonl_when_monitor_comes_first(tmp_path):
-    from helpers.metrics import MetricsRecorder, read_metrics
+    from helpers.run.metrics import MetricsRecorder, read_metrics
 
     path = tmp_path / "metrics.jsonl"
     callbacks = [MemoryMonitor(), MetricsRecorder(path)]

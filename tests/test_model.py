@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import model as m
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 
 @pytest.fixture(scope="module")

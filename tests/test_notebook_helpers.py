@@ -1,4 +1,4 @@
-"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.course, helpers.reward_lab)."""
+"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.teaching.course, helpers.teaching.reward_lab)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import course, notebook_setup, reward_lab, train
+from helpers import notebook_setup, train
+from helpers.teaching import course, reward_lab
 from helpers.runtime import RuntimeProblem, fake_runtime
-from helpers.training import PresetError
+from helpers.config import PresetError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,9 +93,12 @@ def test_plot_training_handles_rss_and_memory_keys(tmp_path):
              "rewards/correctness_reward/mean": 0.0, "completions/mean_length": 30.0},
             {"step": 2, "reward": 0.7, "reward_std": 0.2, "frac_reward_zero_std": 0.0,
              "rewards/correctness_reward/mean": 0.5, "completions/mean_length": 28.0}]
-    course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
-    course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
+    sampled = course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
+    logged = course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+    titles = [{ax.get_title() for ax in fig.axes} for fig in (sampled, logged)]
+    assert "process RSS (no memory/* logs); peak 1.50 GB" in titles[0]  # the samples, when nothing was logged
+    assert "process memory, RAM (GB)" in titles[1]  # the run's own memory/* logs win
 
 
 def test_rss_sampler_records_something():
@@ -196,3 +200,23 @@ def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
     with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
         notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
+
+
+def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypatch):
+    """The guard's free-memory figure: the predicted peak; the 7 GB budget only when the memory table lacks the
+    model; any other error (a bug in the prediction) is raised, not hidden behind the budget."""
+    from helpers import memory
+    from helpers.config import get_preset
+
+    t4, card = get_preset("t4"), fake_runtime("t4")
+    assert notebook_setup.need_free_gb(t4, card) == pytest.approx(memory.estimate(t4, gpu=card.total_gpu_gb,
+                                                                                   budget_gb=None).peak_gb)
+    unknown = t4.with_overrides(model_name="someone/unknown-model")
+    assert notebook_setup.need_free_gb(unknown, card) == memory.T4_BUDGET_GB
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug in the memory model")
+
+    monkeypatch.setattr(memory, "estimate", broken)
+    with pytest.raises(ZeroDivisionError):
+        notebook_setup.need_free_gb(t4, card)

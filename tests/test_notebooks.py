@@ -185,7 +185,7 @@ def test_the_real_api_is_written_in_code_cells(name):
 def test_02_passes_the_keywords_the_pinned_unsloth_accepts():
     """The keyword names 02 writes out are the ones helpers.model passes (contract-tested against unsloth 2026.10.9)."""
     from helpers.model import peft_lora_kwargs, unsloth_load_kwargs, unsloth_peft_kwargs
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     t4, code = get_preset("t4"), _code("02_load_model")
     assert _keywords(code, "FastLanguageModel.from_pretrained") == set(unsloth_load_kwargs(t4))
@@ -195,7 +195,7 @@ def test_02_passes_the_keywords_the_pinned_unsloth_accepts():
 
 def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
     from helpers import runtime as rt
-    from helpers.training import get_preset, grpo_config_kwargs
+    from helpers.config import get_preset, grpo_config_kwargs
 
     code = _code("05_train")
     written = _keywords(code, "GRPOConfig")

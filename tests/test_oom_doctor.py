@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from helpers.memory import MemorySettings, estimate
-from helpers.oom_doctor import COST_RANK, apply_fixes, cheapest_fixes, explain_oom, is_oom_error, oom_advice
-from helpers.training import get_preset, validate
+from helpers.memory.oom_doctor import COST_RANK, apply_fixes, cheapest_fixes, explain_oom, is_oom_error, oom_advice
+from helpers.config import get_preset, validate
 
 TOO_BIG = dict(gpu_memory_utilization=0.9, num_generations=8, per_device_train_batch_size=8,
                max_completion_length=1024, max_seq_length=1536, optim="adamw_torch", gradient_checkpointing=False)

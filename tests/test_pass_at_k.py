@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from helpers import evaluation
 from helpers.prompts import format_completion
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 ROWS = [{"question": f"q{i}", "answer": str(i), "prompt": f"p{i}"} for i in range(3)]
 

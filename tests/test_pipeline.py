@@ -11,8 +11,8 @@ import pytest
 
 from helpers import notebook_setup, train
 from helpers.model import peft_lora_kwargs
-from helpers.training import (DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, RECORD_FIELDS, VLLM_FIELDS, Preset,
-                              PresetError, get_preset)
+from helpers.config import (DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS, RECORD_FIELDS, VLLM_FIELDS,
+                              Preset, PresetError, get_preset)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,10 @@ CHANGES = {
     "logging_steps": (2, None),
     "seed": (7, None),
     "eval_max_new_tokens": (20, None),
-    "extra": ({"note": "mine"}, None),
+    "accelerate_config": ("configs/accelerate/cpu_2proc.yaml", None),
+    "num_processes": (2, None),
+    "train_gpus": ("0,1", None),
+    "vllm_server_gpus": ("6,7", "only a trl-vllm preset in server mode"),
 }
 
 
@@ -67,8 +70,6 @@ def _cli_args(name, value) -> list[str]:
         return [flag if value else "--no-" + flag[2:]]
     if isinstance(value, tuple):
         return [flag, ",".join(map(str, value))]
-    if isinstance(value, dict):
-        return [flag, json.dumps(value)]
     return [flag, str(value)]
 
 
@@ -87,7 +88,8 @@ def _check_reached(run, name, value):
 
 def test_every_field_is_classified_and_has_a_flag_with_help():
     names = {f.name for f in fields(Preset)}
-    classified = set(GRPO_CONFIG_FIELDS) | set(MODEL_FIELDS) | set(DATA_FIELDS) | set(VLLM_FIELDS) | set(RECORD_FIELDS)
+    classified = set(GRPO_CONFIG_FIELDS) | set(MODEL_FIELDS) | set(DATA_FIELDS) | set(VLLM_FIELDS) | set(LAUNCH_FIELDS)
+    classified |= set(RECORD_FIELDS)
     assert names == classified, f"fields with no stated destination: {names ^ classified}"
     assert names - {"name"} == set(CHANGES), "give a new field a changed value in CHANGES"
     help_text = train.build_parser().format_help()
@@ -142,7 +144,7 @@ def test_refusal_on_the_command_line_names_the_field_and_the_fix(tmp_path):
 def test_a_hand_written_config_that_drifts_from_the_preset_is_refused(tmp_path):
     from trl import GRPOConfig
 
-    from helpers.training import grpo_config_kwargs
+    from helpers.config import grpo_config_kwargs
 
     run = train.prepare(get_preset("cpu", max_steps=2), train.RunOptions(run_dir=tmp_path))
     kwargs = grpo_config_kwargs(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),

@@ -3,7 +3,6 @@ everywhere, and every badge and clone URL agrees with it - whatever notebooks ex
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -11,11 +10,9 @@ from pathlib import Path
 import pytest
 
 from helpers import notebook_setup
+from scripts import set_repo
 
 ROOT = Path(__file__).resolve().parents[1]
-spec = importlib.util.spec_from_file_location("set_repo", ROOT / "scripts" / "set_repo.py")
-set_repo = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(set_repo)
 
 
 def test_every_badge_and_clone_url_names_repo_slug():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.checkpoints import checkpoint_problems, list_checkpoints
+from helpers.run.checkpoints import checkpoint_problems, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "cpu", "--max-steps", "3", "--eval-size", "2", "--num-generations", "4", "--batch-size", "4",

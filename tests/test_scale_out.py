@@ -19,11 +19,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import distributed
+from helpers.run import distributed
 from helpers.memory import estimate
-from helpers.memory_zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
+from helpers.memory.zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
 from helpers.runtime import fake_runtime
-from helpers.training import PRESETS, PresetError, get_preset, grpo_config_kwargs, validate
+from helpers.config import PRESETS, PresetError, get_preset, grpo_config_kwargs, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE_CONFIGS = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))
@@ -107,10 +107,10 @@ def test_scale_out_presets_are_valid_for_their_process_count(name):
     p = get_preset(name)
     assert p.backend == "trl-vllm" and p.model_name == "Qwen/Qwen2.5-7B-Instruct" and p.lora_rank > 0
     assert not p.load_in_4bit and not p.fast_inference  # no Unsloth: its vLLM path is single-GPU
-    validate(p, fake_runtime("h100"), num_processes=p.extra["num_processes"])
-    assert (ROOT / p.extra["accelerate_config"]).is_file()
+    validate(p, fake_runtime("h100"), num_processes=p.num_processes)
+    assert (ROOT / p.accelerate_config).is_file()
     with pytest.raises(PresetError, match="needs NVIDIA GPUs"):
-        validate(p, fake_runtime("cpu"), num_processes=p.extra["num_processes"])
+        validate(p, fake_runtime("cpu"), num_processes=p.num_processes)
 
 
 def test_scale_out_presets_cover_both_vllm_modes():
@@ -265,7 +265,7 @@ def test_cpu_yaml_uses_the_launcher_that_starts_several_processes():
     assert grpo_config_kwargs(get_preset("cpu"), fake_runtime("cpu"))["use_cpu"] is True
 
 
-# ----------------------------------------------------------------------------------------- helpers.distributed
+# ----------------------------------------------------------------------------------------- helpers.run.distributed
 
 
 def test_process_info_reads_the_launcher_environment():
@@ -286,7 +286,7 @@ def test_one_process_needs_no_process_group(tmp_path):
 
 
 def test_metrics_are_written_by_process_zero_only(tmp_path):
-    from helpers.metrics import MetricsRecorder
+    from helpers.run.metrics import MetricsRecorder
 
     rec = MetricsRecorder(tmp_path / "m.jsonl")
     rec.on_log(None, SimpleNamespace(global_step=1, is_world_process_zero=False), None, logs={"reward": 1.0})

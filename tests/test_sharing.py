@@ -10,7 +10,7 @@ import torch
 
 from helpers import sharing
 from helpers.model import generate, load_cpu
-from helpers.training import get_preset
+from helpers.config import get_preset
 
 PRESET = replace(get_preset("cpu"), eval_max_new_tokens=8)
 PROMPTS = ["What is 2 + 3?", "Sam has 4 apples and eats 1. How many are left?"]

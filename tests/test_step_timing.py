@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +14,9 @@ TINY = ["--num-generations", "4", "--batch-size", "8", "--max-completion-length"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("benchmark_cpu", ROOT / "scripts" / "benchmark_cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    from scripts import benchmark_cpu
+
+    return benchmark_cpu
 
 
 @pytest.mark.slow

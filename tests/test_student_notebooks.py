@@ -10,7 +10,6 @@ exercise.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -24,10 +23,9 @@ TINY = {"PRESET": "cpu", "MAX_STEPS": 2, "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_student_notebooks", ROOT / "scripts" / "make_student_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from scripts import make_student_notebooks
+
+    return make_student_notebooks
 
 
 def _ids(paths):
@@ -67,10 +65,9 @@ def test_student_copy_has_no_solutions(path):
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "scripts" / "make_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from scripts import make_notebooks
+
+    return make_notebooks
 
 
 def test_committed_notebooks_are_what_the_lessons_build():
@@ -78,14 +75,14 @@ def test_committed_notebooks_are_what_the_lessons_build():
     assert _builder().main(["--check"]) == 0, "run `.venv/bin/python scripts/make_notebooks.py` and commit"
 
 
-def test_check_mode_names_a_stale_notebook(tmp_path, capsys):
+def test_check_mode_names_a_stale_notebook(tmp_path, capsys, monkeypatch):
     import shutil
 
     builder = _builder()
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     edited = tmp_path / "notebooks" / "student" / "05_train.ipynb"
     edited.write_text(edited.read_text().replace("GRPOTrainer(", "GRPOTrainer ("))
-    builder.REPO = tmp_path  # the lessons stay the kit's
+    monkeypatch.setattr(builder, "REPO", tmp_path)  # the lessons stay the kit's
     assert builder.main(["--check"]) == 1
     err = capsys.readouterr().err
     assert "stale notebooks (not what lessons/ builds): notebooks/student/05_train.ipynb\n" in err and "Fix:" in err
@@ -99,7 +96,7 @@ def test_every_notebook_says_which_lesson_it_comes_from():
 
 
 def test_lessons_take_numbers_from_the_presets():
-    from helpers.training import PRESETS
+    from helpers.config import PRESETS
 
     params = next(c for c in nbformat.read(ROOT / "notebooks" / "05_train.ipynb", as_version=4).cells
                   if "parameters" in c.metadata.get("tags", [])).source

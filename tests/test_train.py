@@ -43,7 +43,7 @@ def test_run_dir_that_is_a_file(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")
     with pytest.raises(train.RunDirError, match="is a file"):
-        train.prepare_run_dir(f, "cpu", overwrite=False)
+        train.plan_run(f, "cpu", overwrite=False)
 
 
 @pytest.mark.slow

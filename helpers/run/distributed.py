@@ -85,7 +85,7 @@ def on_main_then_share(fn, info: ProcessInfo | None = None, cpu: bool | None = N
     if info.is_main:
         try:
             box[0] = fn()
-        except Exception as err:  # re-raised on every process below
+        except Exception as err:  # noqa: BLE001 - re-raised on every process below
             box[1] = err
     broadcast_object_list(box, from_process=0)
     if box[1] is not None:

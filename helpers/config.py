@@ -77,8 +77,13 @@ class Preset:
     seed: int = _knob(0, "random seed (data split, LoRA init, sampling)")
     # evaluation
     eval_max_new_tokens: int = _knob(64, "tokens per answer when evaluating before and after")
-    extra: dict = _knob(help="free-form notes kept in config.json (e.g. the accelerate config a recipe uses)",
-                        default_factory=dict)
+    # launch (several processes, docs/scale-out.md): how the recipe's commands start it. accelerate decides the real
+    # process count; validate() checks the batch against the count it is given, and the tests against this one.
+    accelerate_config: str | None = _knob(
+        None, "the accelerate config the recipe is launched with (accelerate launch --config_file); None: one process")
+    num_processes: int = _knob(1, "training processes the recipe is launched with (accelerate launch --num_processes)")
+    train_gpus: str | None = _knob(None, "GPU ids of the training processes (CUDA_VISIBLE_DEVICES), e.g. 0,1,2,3,4,5")
+    vllm_server_gpus: str | None = _knob(None, "trl-vllm server mode: GPU ids `trl vllm-serve` runs on, e.g. 6,7")
 
     @property
     def prompts_per_step(self) -> int:
@@ -160,7 +165,7 @@ PRESETS = {
         eval_max_new_tokens=256,
     ),
     # ---- several GPUs (docs/scale-out.md): TRL's own vLLM, not Unsloth (its fast_inference path is one GPU).
-    # Launched with accelerate; extra["accelerate_config"] / extra["num_processes"] are what the doc's commands use.
+    # Launched with accelerate: accelerate_config and num_processes are what the doc's commands use.
     "a100x2-qwen7b-lora": Preset(
         name="a100x2-qwen7b-lora",
         description=(
@@ -187,7 +192,8 @@ PRESETS = {
         gradient_checkpointing=True,
         max_steps=250,
         eval_max_new_tokens=512,
-        extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 2},
+        accelerate_config="configs/accelerate/multi_gpu_zero2.yaml",
+        num_processes=2,
     ),
 }
 
@@ -208,8 +214,9 @@ PRESETS["8xh100-qwen7b-lora"] = replace(
     vllm_tensor_parallel_size=2,  # informational: passed to `trl vllm-serve --tensor-parallel-size`
     per_device_train_batch_size=8,  # 8 x 6 processes = 48 completions = 6 prompts per step
     gradient_accumulation_steps=1,
-    extra={"accelerate_config": "configs/accelerate/multi_gpu_zero2.yaml", "num_processes": 6,
-           "vllm_server_gpus": "6,7", "train_gpus": "0,1,2,3,4,5"},
+    num_processes=6,
+    train_gpus="0,1,2,3,4,5",
+    vllm_server_gpus="6,7",
 )
 
 
@@ -220,6 +227,47 @@ def get_preset(name: str, **overrides) -> Preset:
     except KeyError:
         raise PresetError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
     return preset.with_overrides(**overrides) if overrides else preset
+
+
+# The rules a preset and helpers.memory's what-if settings share. Each returns None, or (field, problem, fix).
+
+
+def whole_number_problem(name: str, value) -> tuple[str, str, str] | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return name, "must be a whole number >= 1", f"set {name} to a positive integer"
+    return None
+
+
+def group_problem(num_generations: int, per_device_train_batch_size: int, gradient_accumulation_steps: int,
+                  num_processes: int = 1) -> tuple[str, str, str] | None:
+    """GRPO compares num_generations completions of one prompt: a group of at least 2, and the generation batch
+    (completions per step over all processes) made of whole groups."""
+    if num_generations < 2:
+        return ("num_generations", "GRPO compares completions within a group, so it needs at least 2",
+                "use 4 or more (2 often ties: zero spread, zero gradient)")
+    per_process = per_device_train_batch_size * gradient_accumulation_steps
+    total = per_process * num_processes
+    if total % num_generations == 0:
+        return None
+    if num_processes > 1:
+        return ("per_device_train_batch_size",
+                f"with {num_processes} training processes the generation batch (per_device_train_batch_size "
+                f"x num_processes x gradient_accumulation_steps = {per_device_train_batch_size} x {num_processes} x "
+                f"{gradient_accumulation_steps} = {total}) is not divisible by num_generations={num_generations}",
+                f"make per_device_train_batch_size x {num_processes} x gradient_accumulation_steps a multiple of "
+                f"{num_generations} (change the batch size, gradient_accumulation_steps, num_generations, or "
+                "accelerate's --num_processes)")
+    return ("per_device_train_batch_size",
+            f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {per_process}) "
+            f"is not divisible by num_generations={num_generations}",
+            f"make it a multiple of {num_generations}, e.g. {num_generations * max(1, per_process // num_generations)}")
+
+
+def fraction_problem(name: str, value) -> tuple[str, str, str] | None:
+    """vLLM's share of the GPU (gpu_memory_utilization and the like)."""
+    if value is not None and not (isinstance(value, (int, float)) and 0 < value < 1):
+        return name, "is the fraction of the GPU vLLM reserves and must be strictly between 0 and 1", "use e.g. 0.3 on a T4"
+    return None
 
 
 def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int = 1) -> None:
@@ -235,36 +283,19 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
 
     for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "max_completion_length", "max_seq_length", "max_prompt_length", "max_steps", "lora_rank",
-                 "eval_max_new_tokens", "logging_steps"):
-        value = getattr(p, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            bad(name, "must be a whole number >= 1", f"set {name} to a positive integer")
-    if p.num_generations < 2:
-        bad("num_generations", "GRPO compares completions within a group, so it needs at least 2",
-            "use 4 or more (2 often ties: zero spread, zero gradient)")
-    generation_batch = p.per_device_train_batch_size * p.gradient_accumulation_steps
-    if num_processes > 1 and (generation_batch * num_processes) % p.num_generations:
-        total = generation_batch * num_processes
-        bad("per_device_train_batch_size",
-            f"with {num_processes} training processes the generation batch (per_device_train_batch_size "
-            f"x num_processes x gradient_accumulation_steps = {p.per_device_train_batch_size} x {num_processes} x "
-            f"{p.gradient_accumulation_steps} = {total}) is not divisible by num_generations={p.num_generations}",
-            f"make per_device_train_batch_size x {num_processes} x gradient_accumulation_steps a multiple of "
-            f"{p.num_generations} (change the batch size, gradient_accumulation_steps, num_generations, or "
-            "accelerate's --num_processes)")
-    if num_processes == 1 and generation_batch % p.num_generations:
-        bad("per_device_train_batch_size",
-            f"the generation batch (per_device_train_batch_size x gradient_accumulation_steps = {generation_batch}) "
-            f"is not divisible by num_generations={p.num_generations}",
-            f"make it a multiple of {p.num_generations}, e.g. {p.num_generations * max(1, generation_batch // p.num_generations)}")
+                 "eval_max_new_tokens", "logging_steps", "num_processes"):
+        if found := whole_number_problem(name, getattr(p, name)):
+            bad(*found)
+    if found := group_problem(p.num_generations, p.per_device_train_batch_size, p.gradient_accumulation_steps,
+                              num_processes):
+        bad(*found)
     if p.max_prompt_length + p.max_completion_length > p.max_seq_length:
         bad("max_completion_length",
             f"max_prompt_length ({p.max_prompt_length}) + max_completion_length ({p.max_completion_length}) "
             f"is longer than max_seq_length ({p.max_seq_length})",
             f"raise max_seq_length to at least {p.max_prompt_length + p.max_completion_length} or shorten the completion")
-    if p.gpu_memory_utilization is not None and not 0 < p.gpu_memory_utilization < 1:
-        bad("gpu_memory_utilization", "is the fraction of the GPU vLLM reserves and must be strictly between 0 and 1",
-            "use e.g. 0.3 on a T4")
+    if found := fraction_problem("gpu_memory_utilization", p.gpu_memory_utilization):
+        bad(*found)
     if p.fast_inference and p.gpu_memory_utilization is None:
         bad("gpu_memory_utilization", "fast_inference=True starts vLLM, which needs a memory fraction", "set it, e.g. 0.3")
     if not p.learning_rate > 0:
@@ -329,7 +360,9 @@ DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked
                "max_prompt_length", "eval_max_new_tokens")  # helpers.train.load_data / helpers.evaluation
 VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
                "vllm_tensor_parallel_size")  # trl-vllm backend only: GRPOConfig's vllm_* arguments
-RECORD_FIELDS = ("name", "description", "extra")  # bookkeeping: config.json only
+LAUNCH_FIELDS = ("accelerate_config", "num_processes", "train_gpus",
+                 "vllm_server_gpus")  # docs/scale-out.md's launch commands: config.json, read by no step
+RECORD_FIELDS = ("name", "description")  # bookkeeping: config.json only
 
 
 def refuse_unused_settings(p: Preset) -> None:
@@ -365,6 +398,9 @@ def refuse_unused_settings(p: Preset) -> None:
             if getattr(p, name) != default[name]:
                 refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
                              f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.vllm_server_gpus is not None and not (p.backend == "trl-vllm" and p.vllm_mode == "server"):
+        refuse("vllm_server_gpus", "only a trl-vllm preset in server mode starts `trl vllm-serve`",
+               "leave it None, or use a server-mode preset (e.g. 8xh100-qwen7b-lora)")
     if p.dataset == "gsm8k" and tuple(p.synthetic_levels) != default["synthetic_levels"]:
         refuse("synthetic_levels", "it picks the synthetic dataset's difficulty and this preset trains on gsm8k",
                "leave it at (1,), or set dataset='synthetic'")
@@ -385,7 +421,7 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
 
     save_steps: write a resumable checkpoint (adapter, optimizer, scheduler, RNG, trainer state) into
     output_dir/checkpoint-N every that many steps; None or 0 saves none. Old checkpoints are rotated by
-    helpers.checkpoints.KeepLastCheckpoints (which says what it removes), not by save_total_limit.
+    helpers.run.checkpoints.KeepLastCheckpoints (which says what it removes), not by save_total_limit.
     """
     p = preset
     on_cpu = p.backend == "cpu"

@@ -1,6 +1,6 @@
 """GRPO in plain numbers: group-relative advantages, the first-step loss, and a slider widget to play with them.
 
-    from helpers.grpo_math import group_advantages
+    from helpers.teaching.grpo_math import group_advantages
     group_advantages([4.0, 0.0, 2.5, 0.0])           # one group of 4 completions of the same prompt
     # -> [1.2032, -0.8232, 0.4433, -0.8232]  (reward minus the group mean, divided by the group's std + 1e-4)
 

@@ -1,6 +1,6 @@
 """Exercises that check themselves (in the spirit of Kaggle's learntools), one namespace per notebook.
 
-    from helpers.exercises import nb04 as ex
+    from helpers.teaching.exercises import nb04 as ex
     ex.q1.hint()                       # a nudge
     ex.q1.check(brevity_reward)        # runs hidden test cases; says which case failed and why
     ex.q1.solution()                   # prints a reference solution
@@ -9,9 +9,9 @@ check() returns a CheckResult (passed, message, case); in a notebook its text is
 A failing check names the case ("your reward gave 0.5 to a 300-word answer; it should be 0.0 ...") and never
 raises, so the rest of the notebook keeps running. Student code that raises is reported the same way.
 
-The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.grpo_math for advantages,
-helpers.training's Preset.prompts_per_step for the questions a run draws, helpers.memory.estimate for memory,
-helpers.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
+The truth is never a copy of the answer: the checkers ask the kit's own helpers (helpers.teaching.grpo_math for advantages,
+helpers.config's Preset.prompts_per_step for the questions a run draws, helpers.memory.estimate for memory,
+helpers.run.dashboard's warning functions for training curves, helpers.evaluation.pass_at_k for pass@k), so a change
 of preset values or formulas moves the expected answers with them. tests/test_exercises.py runs every checker
 against known-wrong and known-right answers.
 """
@@ -23,6 +23,8 @@ import random
 import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
+
+from helpers.memory import T4_BUDGET_GB
 
 _MISSING = object()
 
@@ -108,8 +110,8 @@ RIGHT_WRONG_CASES = [(1, 4), (3, 4), (2, 4), (1, 8), (7, 8), (4, 8), (1, 2), (2,
 
 def right_wrong_truth(n_right: int, group_size: int) -> tuple[float, float]:
     """(advantage of a right answer, of a wrong one) in a group of group_size completions of which n_right scored 1
-    and the rest 0, by helpers.grpo_math.group_advantages (TRL's default scale_rewards='group')."""
-    from helpers.grpo_math import group_advantages
+    and the rest 0, by helpers.teaching.grpo_math.group_advantages (TRL's default scale_rewards='group')."""
+    from helpers.teaching.grpo_math import group_advantages
 
     adv = group_advantages([1.0] * n_right + [0.0] * (group_size - n_right))
     return (adv[0] if n_right else 0.0), (adv[-1] if n_right < group_size else 0.0)
@@ -168,7 +170,7 @@ nb01 = SimpleNamespace(q1=Exercise(
         return (1 - mean) / (std + 1e-4), (0 - mean) / (std + 1e-4)
     """,
     _judge_right_wrong, "the same reward of 1 is a big push on a hard question and a small one on an easy question - "
-                        "the group did the value model's job (helpers.grpo_math.group_advantages agrees)."))
+                        "the group did the value model's job (helpers.teaching.grpo_math.group_advantages agrees)."))
 
 
 # =========================================================================================== 02 load model
@@ -223,7 +225,7 @@ QUESTIONS_CASES = [(40, 8, 4), (40, 8, 8), (250, 6, 6), (40, 8, 2), (100, 32, 8)
 
 def questions_truth(max_steps: int, completions_per_step: int, num_generations: int) -> int:
     """The prompts a run draws, from the kit's own Preset.prompts_per_step (one process, no accumulation)."""
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     preset = get_preset("cpu").with_overrides(max_steps=max_steps, per_device_train_batch_size=completions_per_step,
                                               gradient_accumulation_steps=1, num_generations=num_generations)
@@ -277,7 +279,7 @@ def _judge_brevity(fn):
     if not callable(fn):
         raise Fail("the answer", "pass the reward function itself, not its result")
     cases = [
-        (f"a 10-word answer", _words(10), BREVITY_SCORE),
+        ("a 10-word answer", _words(10), BREVITY_SCORE),
         (f"an answer of exactly {MAX_WORDS} words", _words(MAX_WORDS), BREVITY_SCORE),
         (f"a {MAX_WORDS + 1}-word answer", _words(MAX_WORDS + 1), 0.0),
         ("a 300-word answer", _words(300), 0.0),
@@ -305,7 +307,7 @@ def _judge_brevity(fn):
 
 
 def _judge_advantages(fn):
-    from helpers.grpo_math import group_advantages
+    from helpers.teaching.grpo_math import group_advantages
 
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: my_advantages, not my_advantages([...])")
@@ -360,7 +362,7 @@ nb04 = SimpleNamespace(
             std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
             return [(r - mean) / (std + 1e-4) for r in rewards]
         """,
-        _judge_advantages, "it matches helpers.grpo_math.group_advantages, which matches TRL 1.15."),
+        _judge_advantages, "it matches helpers.teaching.grpo_math.group_advantages, which matches TRL 1.15."),
 )
 
 
@@ -426,8 +428,8 @@ def synthetic_run(kind: str, steps: int = 20, seed: int = 0, cap: int = 64) -> l
 
 
 def diagnose(rows, cap: int = 64) -> tuple[str, str]:
-    """(kind, evidence) from helpers.dashboard's warning functions: the first warning that holds, else healthy."""
-    from helpers.dashboard import training_warnings
+    """(kind, evidence) from helpers.run.dashboard's warning functions: the first warning that holds, else healthy."""
+    from helpers.run.dashboard import training_warnings
 
     found = training_warnings(rows, max_completion_length=cap)
     if not found:
@@ -566,7 +568,7 @@ nb05 = SimpleNamespace(
             clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
             return min(ratio * advantage, clipped * advantage)
         """,
-        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.grpo_math)."),
+        _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.teaching.grpo_math)."),
     q4=Exercise(
         "q4", "write kl_penalty(logp, ref_logp): TRL's per-token KL estimate between the policy and the reference "
               "model, exp(d) - d - 1 with d = ref_logp - logp; beta times it is added to each token's loss",
@@ -627,7 +629,7 @@ nb06 = SimpleNamespace(q1=Exercise(
 # =========================================================================================== 07 memory lab
 
 LAB_GENERATIONS = 8
-LAB_BUDGET_GB = 7.0
+LAB_BUDGET_GB = T4_BUDGET_GB
 LAB_STEP = 64
 
 

@@ -210,8 +210,11 @@ def _series(rows, key):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training"):
-    """The dashboard figure from metric rows; saved to `path` if given. Returns the figure (closed if saved)."""
+def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training", rss_samples=None):
+    """The dashboard figure from metric rows; saved to `path` if given. Returns the figure (closed if saved).
+
+    rss_samples: [(seconds, GB), ...] (helpers.teaching.course.RssSampler) drawn in the memory panel when the rows hold no
+    memory/* keys."""
     import matplotlib
 
     if "matplotlib.pyplot" not in sys.modules:
@@ -254,6 +257,10 @@ def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training"):
         ax_m.legend(fontsize=7)
     for ax in (ax_l, ax_k, ax_m):
         ax.set_xlabel("step")
+    if not mem_keys and rss_samples:
+        ax_m.plot([t for t, _ in rss_samples], [gb for _, gb in rss_samples], color="tab:purple")
+        ax_m.set_xlabel("seconds since the run started")
+        ax_m.set_title(f"process RSS (no memory/* logs); peak {max(gb for _, gb in rss_samples):.2f} GB")
     fig.suptitle(title)
     fig.tight_layout()
     if path is not None:

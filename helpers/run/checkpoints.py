@@ -18,7 +18,6 @@ only on Colab) and returns a folder there; elsewhere checkpoints live inside the
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import struct
@@ -29,6 +28,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from helpers.runtime import on_colab
+
 CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
 DRIVE_MOUNT = Path("/content/drive")
 DRIVE_FOLDER = DRIVE_MOUNT / "MyDrive" / "grpo-kit"
@@ -38,16 +39,12 @@ WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "model.safeten
                 "model.safetensors.index.json")
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """How the kit's run messages look (checkpoints, resume, overwrite): one prefixed line, flushed."""
     print(f"[grpo-kit] {message}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------- where
-
-
-def on_colab(environ=None) -> bool:
-    environ = os.environ if environ is None else environ
-    return any(k.startswith("COLAB_") for k in environ)
 
 
 def checkpoint_root(use_drive: bool = False, run_dir=None, environ=None, mount=None) -> Path:
@@ -68,7 +65,7 @@ def checkpoint_root(use_drive: bool = False, run_dir=None, environ=None, mount=N
             f"already on your own disk: use checkpoint_root(use_drive=False) -> {run_dir / TRAINER_SUBDIR}."
         )
     if mount is None:
-        from google.colab import drive  # noqa: PLC0415 - only exists on Colab
+        from google.colab import drive  # only exists on Colab: imported where used
 
         mount = drive.mount
     if not (DRIVE_MOUNT / "MyDrive").is_dir():
@@ -204,7 +201,7 @@ def list_checkpoints(root) -> list[Checkpoint]:
     return sorted(found, key=lambda c: c.step)
 
 
-def latest_complete(root, say=_say) -> Checkpoint | None:
+def latest_complete(root, say=say) -> Checkpoint | None:
     """The newest complete checkpoint; every newer incomplete one is named with what is wrong with it."""
     chosen = None
     for ckpt in reversed(list_checkpoints(root)):
@@ -215,7 +212,7 @@ def latest_complete(root, say=_say) -> Checkpoint | None:
     return chosen
 
 
-def set_aside(ckpt: Checkpoint, say=_say) -> Path:
+def set_aside(ckpt: Checkpoint, say=say) -> Path:
     """Rename an incomplete checkpoint out of the way (the resumed run will write that step again). Not deleted."""
     target = ckpt.path.with_name(f"incomplete-{ckpt.path.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     ckpt.path.rename(target)
@@ -234,7 +231,7 @@ class KeepLastCheckpoints(TrainerCallback):
     (which may hold someone's only copy of something) is never removed by rotation.
     """
 
-    def __init__(self, root, keep: int, say=_say):
+    def __init__(self, root, keep: int, say=say):
         if keep < 1:
             raise ValueError(f"keep={keep}: keep at least 1 checkpoint, or resume has nothing to start from")
         self.root, self.keep, self.say = Path(root), keep, say
@@ -257,7 +254,7 @@ class KeepLastCheckpoints(TrainerCallback):
 # -------------------------------------------------------------------------------------- metrics on resume
 
 
-def trim_metrics(path, step: int, say=_say) -> int:
+def trim_metrics(path, step: int, say=say) -> int:
     """Move metrics.jsonl lines logged after `step` (the resumed run will log those steps again) into
     metrics.redone.jsonl, so no step appears twice. Returns how many lines were moved."""
     path = Path(path)

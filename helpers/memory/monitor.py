@@ -16,7 +16,12 @@ from __future__ import annotations
 import os
 import sys
 
-GIB = 1024**3
+from helpers.runtime import GIB
+
+
+def process_rss_gb() -> float:
+    """This process's resident memory in GiB (psutil, else /proc on Linux): the CPU path's memory figure."""
+    return _rss_bytes() / GIB
 
 
 def _rss_bytes() -> int:

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-GIB = 1024**3
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from helpers.runtime import GIB
+from helpers.config import LORA_TARGETS, fraction_problem, group_problem, whole_number_problem
 
 # --------------------------------------------------------------------------------------------- constants
 
+# The GPU memory the t4 preset is sized for on a free Colab T4 (14.56 GiB card): the default budget everywhere.
+T4_BUDGET_GB = 7.0
 # bitsandbytes NF4 with double quantization (what Unsloth's -bnb-4bit checkpoints use): 4 bits per weight, one
 # 8-bit absmax per 64-weight block, one fp32 absmax per 256 such blocks.
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -217,7 +218,7 @@ def gpu_total_gb(gpu) -> float:
 
 @dataclass(frozen=True)
 class MemorySettings:
-    """What decides GRPO's memory. Field names match helpers.training.Preset where both have one."""
+    """What decides GRPO's memory. Field names match helpers.config.Preset where both have one."""
 
     model: object = "qwen2.5-1.5b"  # table key, hub id, config.json path, or ModelArch
     quant: str = "4bit"  # "4bit" (bitsandbytes NF4), "16bit", or "32bit" (the CPU demo's fp32)
@@ -241,20 +242,19 @@ class MemorySettings:
     compute_dtype_bytes: int = 2  # fp16/bf16 activations; 4 for the CPU demo's fp32
 
     def validate(self) -> None:
+        """The rules a preset has too come from helpers.config (one home); the rest are the memory model's."""
         def bad(msg):
             raise MemoryModelError(msg)
 
+        def refuse(found):
+            if found:
+                name, problem, fix = found
+                bad(f"{name}={getattr(self, name)!r}: {problem}. Fix: {fix}.")
+
         for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                      "max_prompt_length", "max_completion_length"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                bad(f"{name}={v!r} must be a whole number >= 1. Fix: set a positive integer.")
-        if self.num_generations < 2:
-            bad(f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. Fix: use 4+.")
-        gen_batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if gen_batch % self.num_generations:
-            bad(f"per_device_train_batch_size x gradient_accumulation_steps = {gen_batch} is not divisible by "
-                f"num_generations={self.num_generations}. Fix: make it a multiple of {self.num_generations}.")
+            refuse(whole_number_problem(name, getattr(self, name)))
+        refuse(group_problem(self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps))
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             bad(f"lora_rank={self.lora_rank!r}. Fix: a positive integer (0 means full fine-tuning).")
         if self.quant not in ("4bit", "16bit", "32bit"):
@@ -264,10 +264,7 @@ class MemorySettings:
         if self.engine not in ("vllm", "hf"):
             bad(f"engine={self.engine!r}. Fix: use 'vllm' or 'hf'.")
         for name in ("gpu_memory_utilization", "standby_utilization"):
-            u = getattr(self, name)
-            if u is not None and not (isinstance(u, (int, float)) and 0 < u < 1):
-                bad(f"{name}={u!r} is a fraction of the GPU and must be strictly between 0 and 1. "
-                    "Fix: use e.g. 0.3 on a T4 (vLLM takes this share of the card up front).")
+            refuse(fraction_problem(name, getattr(self, name)))
         if self.engine == "vllm" and self.gpu_memory_utilization is None:
             bad("engine='vllm' needs gpu_memory_utilization. Fix: set it, e.g. 0.3 on a T4.")
         if self.beta < 0:
@@ -278,11 +275,11 @@ class MemorySettings:
 
 
 def settings_from_preset(preset) -> MemorySettings:
-    """Map a helpers.training.Preset onto MemorySettings.
+    """Map a helpers.config.Preset onto MemorySettings.
 
     model_name -> table key, load_in_4bit -> quant, fast_inference -> engine 'vllm' (+ its utilization),
     backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own loss.
-    The kit turns standby off (helpers.model.UNSLOTH_ENV) unless preset.extra['standby'] says otherwise.
+    Standby is off: the kit always turns it off (helpers.model.UNSLOTH_ENV); `--standby` asks what it would change.
     """
     cpu = preset.backend == "cpu"
     return MemorySettings(
@@ -300,7 +297,7 @@ def settings_from_preset(preset) -> MemorySettings:
         optim=preset.optim,
         engine="vllm" if preset.fast_inference else "hf",
         gpu_memory_utilization=preset.gpu_memory_utilization,
-        standby=bool(preset.extra.get("standby", False)),
+        standby=False,
         chunked_logits=preset.backend == "unsloth",
         offload_checkpoints=preset.backend == "unsloth" and preset.gradient_checkpointing,
         compute_dtype_bytes=4 if cpu else 2,
@@ -313,7 +310,7 @@ def as_settings(preset_or_settings, **overrides) -> MemorySettings:
     elif hasattr(preset_or_settings, "model_name") and hasattr(preset_or_settings, "backend"):
         s = settings_from_preset(preset_or_settings)
     elif isinstance(preset_or_settings, str):
-        from helpers.training import PresetError, get_preset
+        from helpers.config import PresetError, get_preset
 
         try:
             s = settings_from_preset(get_preset(preset_or_settings))
@@ -471,7 +468,7 @@ class MemoryEstimate:
         return "\n".join(rows)
 
 
-def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = 7.0, **overrides) -> MemoryEstimate:
+def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = T4_BUDGET_GB, **overrides) -> MemoryEstimate:
     """Predict GRPO's GPU memory for a Preset (or preset name, or MemorySettings) on `gpu`.
 
     Two phases; the peak is the larger:
@@ -579,7 +576,7 @@ _COLORS = {"weights": "#4c72b0", "lora_params": "#55a868", "optimizer_states": "
            "reference_model": "#8c8c8c", "cuda_context_and_allocator": "#ccb974"}
 
 
-def plot_breakdown(estimates_or_one, budget_gb: float = 7.0, gpu_total_gb: float = 14.56, ax=None, labels=None):
+def plot_breakdown(estimates_or_one, budget_gb: float = T4_BUDGET_GB, gpu_total_gb: float = 14.56, ax=None, labels=None):
     """Stacked bars of each estimate's peak-phase components, with lines at the budget and the card; returns the figure."""
     import matplotlib.pyplot as plt
 
@@ -614,7 +611,7 @@ def plot_breakdown(estimates_or_one, budget_gb: float = 7.0, gpu_total_gb: float
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m helpers.memory",
                                  description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
-    ap.add_argument("--preset", help="start from a preset of helpers.training (cpu, t4); flags below override it")
+    ap.add_argument("--preset", help="start from a preset of helpers.config (cpu, t4); flags below override it")
     ap.add_argument("--model", help=f"one of {', '.join(MODELS)}, a hub id, or a config.json path")
     ap.add_argument("--quant", choices=("4bit", "16bit"))
     ap.add_argument("--lora-rank", type=int, help="0 = full fine-tuning")
@@ -632,7 +629,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--gpu-memory-utilization", type=float)
     ap.add_argument("--standby", action="store_true", default=None)
     ap.add_argument("--gpu", default="t4", help=f"one of {', '.join(GPUS)}")
-    ap.add_argument("--budget-gb", type=float, default=7.0)
+    ap.add_argument("--budget-gb", type=float, default=T4_BUDGET_GB)
     ap.add_argument("--json", action="store_true", help='print {"peak_gb", "fits", "budget_gb", "components"}')
     return ap
 
@@ -659,6 +656,3 @@ def main(argv=None) -> int:
     print(json.dumps(est.to_json()) if args.json else est.table())
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

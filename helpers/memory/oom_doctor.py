@@ -1,6 +1,6 @@
 """Turn a CUDA out-of-memory error into a short, ordered list of settings to change.
 
-    from helpers.oom_doctor import oom_advice
+    from helpers.memory.oom_doctor import oom_advice
     with oom_advice(preset, gpu="t4"):
         trainer.train()          # on an OOM: prints the original error line and the fixes, then re-raises
 
@@ -242,7 +242,7 @@ def oom_advice(preset, gpu="t4", budget_gb: float | None = None, file=None):
         if is_oom_error(exc):
             try:
                 advice = explain_oom(exc, preset, gpu, budget_gb)
-            except Exception as inner:  # the advice must never hide the real error
+            except Exception as inner:  # noqa: BLE001 - the advice must never hide the real error
                 advice = f"{_first_line(exc)}\n(oom_doctor could not analyse this configuration: {inner})"
             print(advice, file=file or sys.stderr)
         raise

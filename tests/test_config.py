@@ -1,9 +1,9 @@
 import pytest
 from trl import GRPOConfig
 
-from helpers import training
+from helpers import config
 from helpers.runtime import fake_runtime
-from helpers.training import PresetError, get_preset, grpo_config_kwargs, validate
+from helpers.config import PresetError, get_preset, grpo_config_kwargs, validate
 
 
 def test_presets_are_valid_for_their_runtimes():
@@ -31,7 +31,7 @@ def test_precision_per_runtime():
 
 
 def test_cpu_config_builds_a_real_grpo_config():
-    cfg = training.build_grpo_config(get_preset("cpu"), fake_runtime("cpu"), output_dir="/tmp/x")
+    cfg = config.build_grpo_config(get_preset("cpu"), fake_runtime("cpu"), output_dir="/tmp/x")
     assert isinstance(cfg, GRPOConfig)
     assert cfg.use_cpu and not cfg.bf16 and not cfg.fp16 and cfg.num_generations == 8 and cfg.beta == 0.0
 

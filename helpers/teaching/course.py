@@ -5,21 +5,21 @@
 RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
 evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
 attach_trained_adapter.
-The training itself is helpers.train's named steps; the rewards playground is in helpers.reward_lab.
+The training itself is helpers.train's named steps; the rewards playground is in helpers.teaching.reward_lab.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-GB = 1e9
+from helpers.memory.monitor import process_rss_gb
+from helpers.runtime import GIB  # GB in this kit means GiB (2**30 bytes), as the memory model and runtime report
 
 # ------------------------------------------------------------------------------------------- 01 setup
 
@@ -61,20 +61,6 @@ def environment_report(kit) -> dict:
 # ------------------------------------------------------------------------------------------- 02 memory
 
 
-def process_rss_gb() -> float:
-    """Resident memory of this Python process in GB (psutil if present, else /proc)."""
-    try:
-        import psutil
-
-        return psutil.Process().memory_info().rss / GB
-    except ImportError:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024 / GB
-    return float("nan")
-
-
 def nvidia_smi() -> list[dict]:
     """[{'name', 'used_gb', 'total_gb'}] per GPU as nvidia-smi reports it (whole card, all processes); [] if none."""
     try:
@@ -87,7 +73,7 @@ def nvidia_smi() -> list[dict]:
     rows = []
     for line in out.strip().splitlines():
         name, used, total = [x.strip() for x in line.split(",")]
-        rows.append({"name": name, "used_gb": float(used) * 2**20 / GB, "total_gb": float(total) * 2**20 / GB})
+        rows.append({"name": name, "used_gb": float(used) * 2**20 / GIB, "total_gb": float(total) * 2**20 / GIB})
     return rows
 
 
@@ -97,9 +83,9 @@ def memory_snapshot(label: str = "") -> dict:
 
     snap = {"label": label, "rss_gb": round(process_rss_gb(), 3)}
     if torch.cuda.is_available():
-        snap["cuda_allocated_gb"] = round(torch.cuda.memory_allocated() / GB, 3)
-        snap["cuda_reserved_gb"] = round(torch.cuda.memory_reserved() / GB, 3)
-        snap["cuda_max_allocated_gb"] = round(torch.cuda.max_memory_allocated() / GB, 3)
+        snap["cuda_allocated_gb"] = round(torch.cuda.memory_allocated() / GIB, 3)
+        snap["cuda_reserved_gb"] = round(torch.cuda.memory_reserved() / GIB, 3)
+        snap["cuda_max_allocated_gb"] = round(torch.cuda.max_memory_allocated() / GIB, 3)
         smi = nvidia_smi()
         if smi:
             snap["nvidia_smi_used_gb"] = round(smi[0]["used_gb"], 3)
@@ -121,13 +107,12 @@ def print_memory(snapshots: list[dict]) -> None:
               "driver; nvidia-smi = the whole card, including vLLM's up-front reservation and the CUDA context.")
 
 
-def plot_predicted_memory(kit, budget_gb: float = 7.0):
-    """The predicted GPU memory breakdown for the t4 preset (helpers.memory), or None when that module is absent."""
-    try:
-        from helpers import memory
-    except ImportError:
-        print("helpers.memory is not part of this copy of the kit yet: no predicted breakdown to show.")
-        return None
+def plot_predicted_memory(kit, budget_gb: float | None = None):
+    """The predicted GPU memory breakdown for the t4 preset (helpers.memory), against budget_gb (default: the
+    t4 preset's, memory.T4_BUDGET_GB)."""
+    from helpers import memory
+
+    budget_gb = memory.T4_BUDGET_GB if budget_gb is None else budget_gb
     on_card = kit.runtime.has_gpu and kit.preset.name == "t4"
     gpu = kit.runtime.total_gpu_gb if on_card else "t4"
     total = kit.runtime.total_gpu_gb if on_card else 14.56
@@ -170,33 +155,17 @@ def load_tokenizer(preset):
 
 
 def course_dataset(preset, limit: int | None = None):
-    """The training questions of the preset (GSM8K on GPU, synthetic on CPU) as a datasets.Dataset."""
-    from datasets import Dataset
+    """The preset's training questions (helpers.data.training_questions: what helpers.train trains on)."""
+    from helpers.data import training_questions
 
-    from helpers import data
-
-    n = preset.train_size if limit is None else min(limit, preset.train_size)
-    if preset.dataset == "gsm8k":
-        return data.load_gsm8k("train", worked_example=preset.worked_example, limit=n)
-    return Dataset.from_list(data.synthetic_problems(n, "train", seed=preset.seed, levels=preset.synthetic_levels,
-                                                     worked_example=preset.worked_example))
+    return training_questions(preset, limit)
 
 
 def heldout_rows(preset, n: int | None = None) -> list[dict]:
-    """The held-out questions helpers.train evaluates on (same seed and split), first n of them."""
-    n = preset.eval_size if n is None else n
-    try:
-        from helpers.evaluate import heldout_rows as run_heldout_rows  # the one helpers.evaluate uses
-    except ImportError:
-        run_heldout_rows = None
-    if run_heldout_rows is not None:
-        return run_heldout_rows(preset.with_overrides(eval_size=n))
-    from helpers import data
+    """The held-out questions helpers.train evaluates on (helpers.data.heldout_questions), first n of them."""
+    from helpers.data import heldout_questions
 
-    if preset.dataset == "gsm8k":
-        return list(data.load_gsm8k("test", worked_example=preset.worked_example, limit=n))
-    return data.synthetic_problems(n, "heldout", seed=preset.seed, levels=preset.synthetic_levels,
-                                   worked_example=preset.worked_example)
+    return heldout_questions(preset, n)
 
 
 def prompt_lengths(dataset, tokenizer) -> list[int]:
@@ -248,7 +217,7 @@ def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, fl
 
 
 REWARD_FILE = "my_rewards.py"  # in RUN_DIR: 04 writes the student's rewards there, 05 trains with them
-REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.course.save_rewards). 05 trains with '
+REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.teaching.course.save_rewards). 05 trains with '
                  'them."""\nimport math\nimport re\n\nfrom helpers.rewards import answer_of, answers_match, '
                  'completion_text, parse_number\n\n')
 
@@ -354,67 +323,15 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     return train.run_all(preset, options, reward_funcs=reward_funcs)
 
 
-def _series(rows, key):
-    pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
 def plot_training(rows: list[dict], path=None, rss_samples=None, title: str = "GRPO training"):
-    """Four panels from metrics.jsonl rows: reward per function, reward spread, completion length, memory.
+    """The dashboard's figure (helpers.run.dashboard.plot_dashboard) for a finished run, kept open for the notebook.
 
-    Memory uses the memory/* keys when the run logged them (helpers.memory_monitor), else the RSS samples
-    taken while training ran (seconds on the x axis). Returns the figure; saves it to path if given.
+    When the run logged no memory/* keys, the memory panel shows rss_samples (RssSampler: seconds since the run
+    started, GB) instead. Returns the figure; saves it to path if given.
     """
-    import matplotlib.pyplot as plt
+    from helpers.run.dashboard import plot_dashboard
 
-    from helpers.metrics import reward_series
-
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    ax = axes[0][0]
-    for name, (s, v) in sorted(reward_series(rows).items()):
-        ax.plot(s, v, marker="o", label=name, **({"color": "black", "linewidth": 2} if name == "total" else {}))
-    ax.set_title("reward per function (mean over completions)")
-    ax.set_xlabel("step")
-    ax.legend(fontsize=7)
-
-    ax = axes[0][1]
-    s, v = _series(rows, "reward_std")
-    ax.plot(s, v, marker="o", label="reward_std (spread within groups)")
-    s, v = _series(rows, "frac_reward_zero_std")
-    ax.plot(s, v, marker="s", label="frac_reward_zero_std (groups with no spread)")
-    ax.set_title("reward spread: no spread = no gradient")
-    ax.set_xlabel("step")
-    ax.legend(fontsize=7)
-
-    ax = axes[1][0]
-    for key in ("completions/mean_length", "completions/min_length", "completions/max_length"):
-        s, v = _series(rows, key)
-        if s:
-            ax.plot(s, v, marker="o", label=key.split("/")[1])
-    s, v = _series(rows, "completions/clipped_ratio")
-    ax.set_title("completion length (tokens)" + (f"; clipped ratio last step {v[-1]:.2f}" if v else ""))
-    ax.set_xlabel("step")
-    ax.legend(fontsize=7)
-
-    ax = axes[1][1]
-    memory_keys = sorted({k for r in rows for k in r if k.startswith("memory/")})
-    if memory_keys:
-        for key in memory_keys:
-            s, v = _series(rows, key)
-            ax.plot(s, v, marker="o", label=key)
-        ax.set_xlabel("step")
-        ax.set_title("memory (from the run's memory/* logs)")
-        ax.legend(fontsize=7)
-    elif rss_samples:
-        ax.plot([t for t, _ in rss_samples], [gb for _, gb in rss_samples], color="tab:purple")
-        ax.set_xlabel("seconds since the run started")
-        ax.set_ylabel("GB")
-        ax.set_title(f"process RSS (no memory/* logs); peak {max(gb for _, gb in rss_samples):.2f} GB")
-    else:
-        ax.text(0.5, 0.5, "no memory figures recorded", ha="center", va="center")
-        ax.set_axis_off()
-    fig.suptitle(title)
-    fig.tight_layout()
+    fig = plot_dashboard(rows, title=title, rss_samples=rss_samples)
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
@@ -483,31 +400,18 @@ def ensure_adapter(kit, train_if_missing: bool = True, tiny_steps: int = 2, tiny
 
 
 def load_for_eval(kit, adapter_path):
-    """(model, tokenizer) able to answer with and without the trained adapter.
+    """(model, tokenizer) able to answer with and without the trained adapter (helpers.evaluation.load_for_eval)."""
+    from helpers.evaluation import load_for_eval as load
 
-    CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
-    GPU: Unsloth's model with vLLM; the adapter is passed per request (helpers.evaluation's lora_path).
-    """
-    from helpers.model import load, load_cpu
-
-    if kit.preset.backend == "cpu":
-        return load_cpu(kit.preset, adapter_path=adapter_path)
-    return load(kit.preset, kit.runtime)
+    return load(kit.preset, adapter_path, kit.runtime)
 
 
 def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dict:
-    """helpers.evaluation.evaluate on the same held-out rows without and with the adapter."""
-    from helpers.evaluation import evaluate
+    """helpers.evaluation.before_after on the preset's held-out rows (or `rows`)."""
+    from helpers.evaluation import before_after
 
     rows = heldout_rows(kit.preset) if rows is None else rows
-    if kit.preset.backend == "cpu":
-        with model.disable_adapter():
-            before = evaluate(model, tokenizer, rows, kit.preset)
-        after = evaluate(model, tokenizer, rows, kit.preset)
-    else:
-        before = evaluate(model, tokenizer, rows, kit.preset, lora_path=None)
-        after = evaluate(model, tokenizer, rows, kit.preset, lora_path=adapter_path)
-    return {"before": before, "after": after}
+    return before_after(model, tokenizer, rows, kit.preset, adapter_path)
 
 
 def write_eval(result: dict, path, settings=None, pass_at_k: dict | None = None) -> Path:
@@ -569,18 +473,17 @@ def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: b
     if kit.preset.backend == "cpu":
         sharing.save_adapter(model, tokenizer, target, overwrite=overwrite)
     else:
-        target = sharing._fresh_folder(target, overwrite)
+        target = sharing.fresh_folder(target, overwrite)
         shutil.copytree(adapter_path, target, dirs_exist_ok=True)
     list_folder(target, "(the base model is not in here: load it, then the adapter)")
     return target
 
 
 def empty_folder(target, overwrite: bool = False) -> Path:
-    """A folder to save into: created if missing; one that holds files is refused (helpers.sharing.SharingError,
-    with the fix) unless overwrite=True, which says what it replaces."""
+    """A folder to save into (helpers.sharing.fresh_folder: one that holds files is refused unless overwrite=True)."""
     from helpers import sharing
 
-    return sharing._fresh_folder(target, overwrite)
+    return sharing.fresh_folder(target, overwrite)
 
 
 def list_folder(folder, note: str = "") -> None:
@@ -617,17 +520,11 @@ def run_files(run_dir) -> list[str]:
     return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file() and "trainer" not in p.parts)
 
 
-def env_flag(name: str, default: bool) -> bool:
-    """A yes/no setting from the environment (e.g. CI); default when unset."""
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
-
-
 def show_guards() -> None:
     """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
     from helpers import runtime as rt
     from helpers.notebook_setup import need_free_gb
-    from helpers.training import get_preset, precision_flags
+    from helpers.config import get_preset, precision_flags
 
     t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)
     cases = [
@@ -647,19 +544,11 @@ def show_guards() -> None:
         print(f"* {label}:\n    {verdict}")
 
 
-PRESET_GROUPS = {
-    "model": ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
-              "lora_rank", "lora_alpha"),
-    "data": ("dataset", "train_size", "eval_size", "worked_example", "max_prompt_length"),
-    "GRPO": ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-             "max_completion_length", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
-             "max_grad_norm", "optim", "gradient_checkpointing", "max_steps"),
-}
-
-
 def print_preset(preset) -> None:
-    """The preset's fields, grouped, with the prompts per step they imply."""
-    for group, names in PRESET_GROUPS.items():
+    """The preset's fields, grouped by where they take effect (helpers.config), with the prompts per step."""
+    from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS
+
+    for group, names in (("model", MODEL_FIELDS), ("data", DATA_FIELDS), ("GRPO", GRPO_CONFIG_FIELDS)):
         print(f"[{group}]")
         for name in names:
             print(f"  {name:<30} {getattr(preset, name)!r}")

@@ -1,7 +1,7 @@
 """GPU memory per GPU when N training processes share the work with DeepSpeed ZeRO (docs/scale-out.md).
 
     from helpers.memory import estimate
-    from helpers.memory_zero import per_gpu_with_zero, scale_out_settings
+    from helpers.memory.zero import per_gpu_with_zero, scale_out_settings
     est = estimate(scale_out_settings("a100x2-qwen7b-lora"), gpu="a100-80", budget_gb=None)
     print(per_gpu_with_zero(est, stage=3, num_gpus=2).table())
 
@@ -204,7 +204,7 @@ def scale_out_settings(preset_or_name):
     weights inside gpu_memory_utilization x card (vllm_shares_weights=False); in server mode no engine is on the
     trainer GPU (engine 'hf'; pass server_mode=True to per_gpu_with_zero so no KV cache is counted).
     """
-    from helpers.training import get_preset
+    from helpers.config import get_preset
 
     preset = get_preset(preset_or_name) if isinstance(preset_or_name, str) else preset_or_name
     s = settings_from_preset(preset)

@@ -1,0 +1,2 @@
+"""What only the notebooks use: one function per lesson step (course), self-checking exercises, the reward
+playground, GRPO's maths taken apart. The training itself is helpers.train; nothing here is on its path."""
