@@ -54,3 +54,194 @@ def patch_trl_for_cpu() -> bool:
         return False
     utils._ChunkedLogProbFunction = TorchChunkedLogProb
     return True
+
+
+# ------------------------------------------------------------------------------------------------- speed-ups
+# A CPU GRPO step of the cpu preset is one prompt x 8 completions. TRL repeats the prompt 8 times, so generation
+# pre-fills the same ~130 tokens 8 times and the loss runs them through the model (forward and backward) 8 times.
+# speed_up_grpo_on_cpu does that shared work once (generation: helpers.model.generate_shared_prefix; loss:
+# shared_prompt_logps below), and generates with the LoRA adapter merged into the weights (helpers.model.merged_lora:
+# one matmul per projection instead of three). Same mathematics, different summation order; measured in
+# docs/performance.md (time per step and learning, side by side). Anything they do not recognise (prompts that are
+# not in groups, images, MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
+
+
+def prompt_group_size(input_ids, attention_mask) -> int:
+    """G when the rows are consecutive groups of G identical prompts (TRL repeats each prompt num_generations
+    times in a row), else 1."""
+    rows = input_ids.shape[0]
+    for group in range(rows, 1, -1):
+        if rows % group:
+            continue
+        ids = input_ids.view(rows // group, group, -1)
+        mask = attention_mask.view(rows // group, group, -1)
+        if bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all()):
+            return group
+    return 1
+
+
+def _positions(attention_mask):
+    """Position ids of left-padded rows, the way transformers' generate computes them."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _base_model(model):
+    """The transformers model under PEFT and accelerate wrappers (its LoRA layers stay in place)."""
+    model = getattr(model, "module", model)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy=False,
+                        group_size=None, batch_size=None):
+    """Per-token log-probabilities (and entropies) of the completions, as TRL's
+    GRPOTrainer._get_per_token_logps_and_entropies returns them, with each group's prompt run once.
+
+    The prompt's keys/values keep their gradient and are copied to the group's completions, so backward sums the
+    group's gradients through one prompt pass. Returns None when the batch is not prompt groups (use TRL's)."""
+    import torch
+    from transformers import DynamicCache
+    from trl.trainer import utils as trl_utils
+
+    base = _base_model(model)
+    text_config = base.config.get_text_config()
+    if any(getattr(text_config, name, None) not in (None, 1.0) for name in
+           ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")):
+        return None
+    prompt_len = input_ids.shape[1] - logits_to_keep
+    if prompt_len < 1:
+        return None
+    group = group_size or prompt_group_size(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+    if group == 1:
+        return None
+    backbone = getattr(base, base.base_model_prefix)
+    lm_head = base.get_output_embeddings()
+    rows_per_chunk = max(group, ((batch_size or input_ids.shape[0]) // group) * group)
+    all_logps, all_entropies = [], []
+    for start in range(0, input_ids.shape[0], rows_per_chunk):
+        ids = input_ids[start:start + rows_per_chunk]
+        mask = attention_mask[start:start + rows_per_chunk]
+        prompt_ids, prompt_mask = ids[::group, :prompt_len], mask[::group, :prompt_len]
+        cache = DynamicCache(config=base.config)
+        prompt_out = backbone(input_ids=prompt_ids, attention_mask=prompt_mask,
+                              position_ids=_positions(prompt_mask), past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(group)
+        completion_ids = ids[:, prompt_len:]
+        completion_out = backbone(input_ids=completion_ids, attention_mask=mask,
+                                  position_ids=_positions(mask)[:, prompt_len:], past_key_values=cache,
+                                  use_cache=True)
+        # the prompt's last hidden state predicts the first completion token; each completion token the next
+        hidden = torch.cat([prompt_out.last_hidden_state[:, -1:].repeat_interleave(group, dim=0),
+                            completion_out.last_hidden_state[:, :-1]], dim=1)
+        keep = mask[:, prompt_len:] == 1
+        log_probs, entropy, *_ = trl_utils._ChunkedLogProbFunction.apply(
+            hidden[keep], lm_head.weight, lm_head.bias, completion_ids[keep], temperature,
+            trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0,
+            ("log_probs", "entropy") if compute_entropy else ("log_probs",))
+        all_logps.append(log_probs.new_zeros(keep.shape).masked_scatter(keep, log_probs))
+        if compute_entropy:
+            all_entropies.append(entropy.new_zeros(keep.shape).masked_scatter(keep, entropy))
+    return torch.cat(all_logps), (torch.cat(all_entropies) if compute_entropy else None)
+
+
+def cpu_has_native_bf16() -> bool:
+    """True where oneDNN runs bf16 matmuls natively (AVX512-BF16 or AMX); elsewhere bf16 would be slower."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class Bf16Sampler:
+    """A bf16 copy of the policy that samples GRPO's completions, its weights synced from the trained model (LoRA
+    merged in) before each generation: the CPU counterpart of vLLM on the GPU path.
+
+    CPU decoding is bound by reading the weights (about 7 GB/s on the 2-core development machine): bf16 halves the
+    bytes, and merged LoRA removes two matmuls per projection. The loss still runs the fp32 policy, as TRL's does
+    on the GPU where vLLM samples in bf16."""
+
+    def __init__(self, peft_model):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.source = peft_model
+        base = peft_model.get_base_model()
+        self.model = AutoModelForCausalLM.from_config(base.config, dtype=torch.bfloat16)
+        plain = {k.replace(".base_layer", ""): v for k, v in base.state_dict().items() if ".lora_" not in k}
+        missing, unexpected = self.model.load_state_dict(plain, strict=False)
+        if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
+            raise RuntimeError(f"Bf16Sampler could not copy the policy: missing {missing}, unexpected {unexpected}")
+        self.model.eval()
+
+    def sync(self):
+        """Copy W + BA of every LoRA projection into the bf16 copy (the other weights are frozen)."""
+        import torch
+        from peft.tuners.lora import LoraLayer
+
+        base = self.source.get_base_model()
+        with torch.no_grad():
+            for name, module in base.named_modules():
+                if isinstance(module, LoraLayer):
+                    weight = module.base_layer.weight
+                    for adapter in module.active_adapters:
+                        weight = weight + module.get_delta_weight(adapter)
+                    self.model.get_submodule(name).weight.copy_(weight)
+        return self.model
+
+
+def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool | None = None):
+    """Install the shared-prompt generation and loss on this trainer instance (not the class); returns the trainer.
+
+    Completions are sampled by a Bf16Sampler where the CPU has native bf16 (bf16_sampling=None: decide by the CPU),
+    else by the fp32 model with its LoRA adapter merged."""
+    import contextlib
+    import types
+
+    from helpers.model import generate_shared_prefix, merged_lora
+
+    if getattr(trainer, "_kit_cpu_speedups", False):
+        return trainer
+    if bf16_sampling is None:
+        bf16_sampling = cpu_has_native_bf16()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    sampler = Bf16Sampler(model) if bf16_sampling and hasattr(model, "get_base_model") else None
+    trainer._kit_sampler = sampler
+    original_generate_turn = trainer._generate_single_turn
+    original_logps = trainer._get_per_token_logps_and_entropies
+
+    def _generate_single_turn(self, *args, **kwargs):
+        if getattr(self, "use_vllm", False) or getattr(self, "use_transformers_continuous_batching", False):
+            return original_generate_turn(*args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model)
+        if sampler is not None:
+            sampling_model = sampler.sync()
+            merged = contextlib.nullcontext()
+        else:
+            sampling_model, merged = model, merged_lora(model)
+        plain_generate = sampling_model.generate
+        model.generate = lambda input_ids=None, attention_mask=None, generation_config=None, **kw: (
+            generate_shared_prefix(sampling_model, input_ids, attention_mask, generation_config, plain_generate, **kw))
+        try:
+            with merged:
+                return original_generate_turn(*args, **kwargs)
+        finally:
+            del model.generate  # back to the class's generate
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                           **multimodal):
+        result = None
+        if not compute_aux_loss and all(value is None for value in multimodal.values()):
+            with self.accelerator.autocast():
+                result = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, self.temperature,
+                                             compute_entropy=compute_entropy, batch_size=batch_size)
+        if result is None:
+            return original_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                                  compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        return result[0], result[1], None
+
+    trainer._generate_single_turn = types.MethodType(_generate_single_turn, trainer)
+    trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
+    trainer._kit_cpu_speedups = True
+    return trainer

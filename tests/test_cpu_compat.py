@@ -28,3 +28,200 @@ def test_patch_installs_only_when_trl_lacks_the_kernel():
     assert utils._ChunkedLogProbFunction is not None
     assert patch_trl_for_cpu() is False  # idempotent
     assert isinstance(patched, bool)
+
+
+# ------------------------------------------------------------------------------------------------- speed-ups
+# A tiny random Llama (the embedded model's architecture) keeps these exact comparisons fast.
+import types  # noqa: E402
+
+import pytest  # noqa: E402
+
+from helpers.cpu_compat import (  # noqa: E402
+    Bf16Sampler,
+    prompt_group_size,
+    shared_prompt_logps,
+    speed_up_grpo_on_cpu,
+)
+from helpers.model import generate_shared_prefix, merged_lora  # noqa: E402
+
+TEMPERATURE = 0.7
+
+
+def tiny_lora_model(fused_head=True, seed=0, vocab_size=300):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    patch_trl_for_cpu()
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    base = LlamaForCausalLM(config)
+    if fused_head:  # what GRPOTrainer does to the model it trains
+        add_fused_lm_head(base, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], init_lora_weights=False)
+    return get_peft_model(base, lora)
+
+
+def grpo_batch(groups=2, group_size=4, prompt_len=10, completion_len=6):
+    """TRL's layout: each left-padded prompt repeated group_size times, completions right-padded."""
+    torch.manual_seed(1)
+    prompts = torch.randint(3, 300, (groups, prompt_len))
+    prompt_mask = torch.ones(groups, prompt_len, dtype=torch.long)
+    prompts[-1, :3], prompt_mask[-1, :3] = 0, 0  # a shorter prompt, left-padded
+    completions = torch.randint(3, 300, (groups * group_size, completion_len))
+    completion_mask = torch.ones_like(completions)
+    completion_mask[1, 4:] = 0  # completions that ended early
+    completion_mask[-2, 2:] = 0
+    ids = torch.cat([prompts.repeat_interleave(group_size, 0), completions], 1)
+    mask = torch.cat([prompt_mask.repeat_interleave(group_size, 0), completion_mask], 1)
+    return ids, mask, completion_len
+
+
+def trl_logps(model, ids, mask, logits_to_keep):
+    """TRL's own GRPOTrainer._get_per_token_logps_and_entropies, called on a stand-in for the trainer."""
+    from accelerate import Accelerator
+    from trl import GRPOTrainer
+
+    trainer = types.SimpleNamespace(accelerator=Accelerator(cpu=True), temperature=TEMPERATURE)
+    return GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, logits_to_keep,
+                                                          compute_entropy=True)
+
+
+def lora_grads(model):
+    return [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+
+def test_prompt_group_size_finds_trls_repeated_prompts():
+    ids, mask, keep = grpo_batch(groups=2, group_size=4)
+    assert prompt_group_size(ids[:, :-keep], mask[:, :-keep]) == 4
+    assert prompt_group_size(ids[:1, :-keep].repeat(8, 1), mask[:1, :-keep].repeat(8, 1)) == 8
+    odd_mask = mask[:, :-keep].clone()
+    odd_mask[1, 0] = 1 - odd_mask[1, 0]
+    assert prompt_group_size(ids[:, :-keep], odd_mask) == 1  # one row's mask differs: not groups
+    assert prompt_group_size(torch.arange(12).view(3, 4), torch.ones(3, 4)) == 1
+
+
+def test_shared_prompt_logps_equal_trls_values_and_gradients():
+    model = tiny_lora_model()
+    ids, mask, keep = grpo_batch()
+    ref_logps, ref_entropy, _ = trl_logps(model, ids, mask, keep)
+    (ref_logps * mask[:, -keep:]).sum().backward()
+    ref_grads = lora_grads(model)
+    model.zero_grad()
+
+    logps, entropy = shared_prompt_logps(model, ids, mask, keep, TEMPERATURE, compute_entropy=True)
+    (logps * mask[:, -keep:]).sum().backward()
+    assert torch.allclose(logps, ref_logps, atol=1e-5)
+    assert torch.allclose(entropy, ref_entropy, atol=1e-5)
+    assert (logps[mask[:, -keep:] == 0] == 0).all()  # padding scores 0, as TRL's does
+    for mine, ref in zip(lora_grads(model), ref_grads):
+        assert torch.allclose(mine, ref, atol=1e-5, rtol=1e-4)
+
+
+def test_shared_prompt_logps_chunks_by_whole_groups_and_declines_non_groups():
+    model = tiny_lora_model()
+    ids, mask, keep = grpo_batch(groups=3, group_size=2)
+    whole, _ = shared_prompt_logps(model, ids, mask, keep, TEMPERATURE)
+    chunked, _ = shared_prompt_logps(model, ids, mask, keep, TEMPERATURE, batch_size=2)
+    assert torch.allclose(whole, chunked, atol=1e-6)
+    distinct = ids.clone()
+    distinct[::2, 3] = 5  # no two rows share their prompt any more
+    distinct[1::2, 3] = 6
+    distinct[1, 4] = 7
+    assert shared_prompt_logps(model, distinct, mask, keep, TEMPERATURE) is None
+
+
+@pytest.mark.parametrize("layout", ["one prompt x 6", "different prompts, shared start"])
+def test_generate_shared_prefix_gives_generates_tokens(layout):
+    model = tiny_lora_model(fused_head=False).eval()
+    torch.manual_seed(2)
+    start = torch.randint(3, 300, (20,))
+    if layout == "one prompt x 6":
+        rows = [torch.cat([start, torch.tensor([9, 10, 11])])] * 6
+    else:
+        rows = [torch.cat([start, torch.randint(3, 300, (n,))]) for n in (1, 4, 2, 7)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):  # left padding, as tokenizers and TRL lay prompts out
+        ids[i, width - len(r):], mask[i, width - len(r):] = r, 1
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=1)
+    with torch.no_grad():
+        plain = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        shared = generate_shared_prefix(model, ids, mask, **kwargs)
+    assert shared.shape == plain.shape
+    assert torch.equal(shared[:, width:], plain[:, width:])
+
+
+def test_merged_lora_generates_with_the_adapter_and_restores_the_weights():
+    model = tiny_lora_model(fused_head=False).eval()
+    ids = torch.randint(3, 300, (2, 12))
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        with merged_lora(model):
+            assert model.base_model.model.model.layers[0].self_attn.q_proj.merged
+            merged_logits = model(input_ids=ids).logits
+    assert torch.allclose(merged_logits, expected, atol=1e-5)
+    assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
+    for n, p in model.named_parameters():
+        assert torch.allclose(p, before[n], atol=1e-6), n
+
+
+def test_bf16_sampler_follows_the_trained_weights():
+    model = tiny_lora_model(fused_head=False).eval()
+    sampler = Bf16Sampler(model)
+    ids = torch.randint(3, 300, (2, 12))
+    with torch.no_grad():
+        for step in range(2):  # a training step changes LoRA B; sync must carry it over
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(torch.randn_like(p) * 0.1)
+            expected = model(input_ids=ids).logits
+            copy = sampler.sync()
+            assert next(copy.parameters()).dtype == torch.bfloat16
+            got = copy(input_ids=ids).logits.float()
+            assert (got - expected).abs().max() < 0.05 * expected.abs().max()
+            assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
+
+
+def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    import helpers.cpu_compat as cpu_compat
+    from helpers.model import prepare_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
+    model = tiny_lora_model(fused_head=False, vocab_size=len(tokenizer))
+    used = {"loss": 0, "sampler": 0}
+    real_logps, real_sync = cpu_compat.shared_prompt_logps, cpu_compat.Bf16Sampler.sync
+
+    def spy_logps(*args, **kwargs):
+        result = real_logps(*args, **kwargs)
+        used["loss"] += result is not None
+        return result
+
+    def spy_sync(self):
+        used["sampler"] += 1
+        return real_sync(self)
+
+    monkeypatch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
+    monkeypatch.setattr(cpu_compat.Bf16Sampler, "sync", spy_sync)
+
+    def reward(completions, **kwargs):
+        return [float(len(c[0]["content"]) % 3) for c in completions]
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=6, report_to=[], logging_steps=1,
+                      gradient_checkpointing=False, save_strategy="no")
+    prompts = [[{"role": "user", "content": "Say a number."}]] * 2
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
+                          train_dataset=Dataset.from_dict({"prompt": prompts}))
+    speed_up_grpo_on_cpu(trainer, bf16_sampling=True)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    assert used == {"loss": 1, "sampler": 1}  # the step sampled with the bf16 copy and took the shared-prompt loss
