@@ -143,70 +143,15 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temper
     return torch.cat(all_logps), (torch.cat(all_entropies) if compute_entropy else None)
 
 
-def cpu_has_native_bf16() -> bool:
-    """True where oneDNN runs bf16 matmuls natively (AVX512-BF16 or AMX); elsewhere bf16 would be slower."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-class Bf16Sampler:
-    """A bf16 copy of the policy that samples GRPO's completions, its weights synced from the trained model (LoRA
-    merged in) before each generation: the CPU counterpart of vLLM on the GPU path.
-
-    CPU decoding is bound by reading the weights (about 7 GB/s on the 2-core development machine): bf16 halves the
-    bytes, and merged LoRA removes two matmuls per projection. The loss still runs the fp32 policy, as TRL's does
-    on the GPU where vLLM samples in bf16."""
-
-    def __init__(self, peft_model):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.source = peft_model
-        base = peft_model.get_base_model()
-        self.model = AutoModelForCausalLM.from_config(base.config, dtype=torch.bfloat16)
-        plain = {k.replace(".base_layer", ""): v for k, v in base.state_dict().items() if ".lora_" not in k}
-        missing, unexpected = self.model.load_state_dict(plain, strict=False)
-        if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
-            raise RuntimeError(f"Bf16Sampler could not copy the policy: missing {missing}, unexpected {unexpected}")
-        self.model.eval()
-
-    def sync(self):
-        """Copy W + BA of every LoRA projection into the bf16 copy (the other weights are frozen)."""
-        import torch
-        from peft.tuners.lora import LoraLayer
-
-        base = self.source.get_base_model()
-        with torch.no_grad():
-            for name, module in base.named_modules():
-                if isinstance(module, LoraLayer):
-                    weight = module.base_layer.weight
-                    for adapter in module.active_adapters:
-                        weight = weight + module.get_delta_weight(adapter)
-                    self.model.get_submodule(name).weight.copy_(weight)
-        return self.model
-
-
-def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool | None = None):
-    """Install the shared-prompt generation and loss on this trainer instance (not the class); returns the trainer.
-
-    Completions are sampled by a Bf16Sampler where the CPU has native bf16 (bf16_sampling=None: decide by the CPU),
-    else by the fp32 model with its LoRA adapter merged."""
-    import contextlib
+def speed_up_grpo_on_cpu(trainer):
+    """Install the shared-prompt generation (LoRA merged while sampling) and the shared-prompt loss on this trainer
+    instance (not the class); returns the trainer."""
     import types
 
     from helpers.model import generate_shared_prefix, merged_lora
 
     if getattr(trainer, "_kit_cpu_speedups", False):
         return trainer
-    if bf16_sampling is None:
-        bf16_sampling = cpu_has_native_bf16()
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    sampler = Bf16Sampler(model) if bf16_sampling and hasattr(model, "get_base_model") else None
-    trainer._kit_sampler = sampler
     original_generate_turn = trainer._generate_single_turn
     original_logps = trainer._get_per_token_logps_and_entropies
 
@@ -214,16 +159,11 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool | None = None):
         if getattr(self, "use_vllm", False) or getattr(self, "use_transformers_continuous_batching", False):
             return original_generate_turn(*args, **kwargs)
         model = self.accelerator.unwrap_model(self.model)
-        if sampler is not None:
-            sampling_model = sampler.sync()
-            merged = contextlib.nullcontext()
-        else:
-            sampling_model, merged = model, merged_lora(model)
-        plain_generate = sampling_model.generate
+        plain_generate = model.generate
         model.generate = lambda input_ids=None, attention_mask=None, generation_config=None, **kw: (
-            generate_shared_prefix(sampling_model, input_ids, attention_mask, generation_config, plain_generate, **kw))
+            generate_shared_prefix(model, input_ids, attention_mask, generation_config, plain_generate, **kw))
         try:
-            with merged:
+            with merged_lora(model):
                 return original_generate_turn(*args, **kwargs)
         finally:
             del model.generate  # back to the class's generate

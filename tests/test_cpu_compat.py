@@ -37,7 +37,6 @@ import types  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers.cpu_compat import (  # noqa: E402
-    Bf16Sampler,
     prompt_group_size,
     shared_prompt_logps,
     speed_up_grpo_on_cpu,
@@ -170,23 +169,6 @@ def test_merged_lora_generates_with_the_adapter_and_restores_the_weights():
         assert torch.allclose(p, before[n], atol=1e-6), n
 
 
-def test_bf16_sampler_follows_the_trained_weights():
-    model = tiny_lora_model(fused_head=False).eval()
-    sampler = Bf16Sampler(model)
-    ids = torch.randint(3, 300, (2, 12))
-    with torch.no_grad():
-        for step in range(2):  # a training step changes LoRA B; sync must carry it over
-            for name, p in model.named_parameters():
-                if "lora_B" in name:
-                    p.add_(torch.randn_like(p) * 0.1)
-            expected = model(input_ids=ids).logits
-            copy = sampler.sync()
-            assert next(copy.parameters()).dtype == torch.bfloat16
-            got = copy(input_ids=ids).logits.float()
-            assert (got - expected).abs().max() < 0.05 * expected.abs().max()
-            assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
-
-
 def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -197,20 +179,24 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
     model = tiny_lora_model(fused_head=False, vocab_size=len(tokenizer))
-    used = {"loss": 0, "sampler": 0}
-    real_logps, real_sync = cpu_compat.shared_prompt_logps, cpu_compat.Bf16Sampler.sync
+    used = {"loss": 0, "generation": 0}
+    real_logps = cpu_compat.shared_prompt_logps
+    import helpers.model as kit_model
+
+    real_generate = kit_model.generate_shared_prefix
 
     def spy_logps(*args, **kwargs):
         result = real_logps(*args, **kwargs)
         used["loss"] += result is not None
         return result
 
-    def spy_sync(self):
-        used["sampler"] += 1
-        return real_sync(self)
+    def spy_generate(model, *args, **kwargs):
+        used["generation"] += 1
+        assert model.base_model.model.model.layers[0].self_attn.q_proj.merged  # sampling with LoRA merged
+        return real_generate(model, *args, **kwargs)
 
     monkeypatch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
-    monkeypatch.setattr(cpu_compat.Bf16Sampler, "sync", spy_sync)
+    monkeypatch.setattr(kit_model, "generate_shared_prefix", spy_generate)
 
     def reward(completions, **kwargs):
         return [float(len(c[0]["content"]) % 3) for c in completions]
@@ -221,7 +207,8 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
     prompts = [[{"role": "user", "content": "Say a number."}]] * 2
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
                           train_dataset=Dataset.from_dict({"prompt": prompts}))
-    speed_up_grpo_on_cpu(trainer, bf16_sampling=True)
+    speed_up_grpo_on_cpu(trainer)
     trainer.train()
     assert trainer.state.global_step == 1
-    assert used == {"loss": 1, "sampler": 1}  # the step sampled with the bf16 copy and took the shared-prompt loss
+    assert used == {"loss": 1, "generation": 1}  # the step sampled through the shared prefix, took the shared loss
+    assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged  # unmerged again for training
