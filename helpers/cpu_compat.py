@@ -92,7 +92,7 @@ def _base_model(model):
 
 
 def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temperature, compute_entropy=False,
-                        group_size=None, batch_size=None):
+                        batch_size=None):
     """Per-token log-probabilities (and entropies) of the completions, as TRL's
     GRPOTrainer._get_per_token_logps_and_entropies returns them, with each group's prompt run once.
 
@@ -110,7 +110,7 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temper
     prompt_len = input_ids.shape[1] - logits_to_keep
     if prompt_len < 1:
         return None
-    group = group_size or prompt_group_size(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
+    group = prompt_group_size(input_ids[:, :prompt_len], attention_mask[:, :prompt_len])
     if group == 1:
         return None
     backbone = getattr(base, base.base_model_prefix)

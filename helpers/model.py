@@ -368,7 +368,8 @@ def merged_lora(model):
     """Generate with the LoRA adapter merged into the weights (one matmul per projection instead of three; measured
     in docs/performance.md), then restore them. CPU only: on a GPU the base weights may be 4-bit, and merging into
     them would round the adapter away."""
-    merge = hasattr(model, "merge_adapter") and model.device.type == "cpu" and not getattr(model, "merged", False)
+    already_merged = any(getattr(module, "merged", False) for module in model.modules())  # the caller's: keep it
+    merge = hasattr(model, "merge_adapter") and model.device.type == "cpu" and not already_merged
     if merge:
         model.merge_adapter()
     try:

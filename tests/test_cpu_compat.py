@@ -167,6 +167,10 @@ def test_merged_lora_generates_with_the_adapter_and_restores_the_weights():
     assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
     for n, p in model.named_parameters():
         assert torch.allclose(p, before[n], atol=1e-6), n
+    model.merge_adapter()  # merged by the caller: merged_lora leaves it merged
+    with merged_lora(model):
+        pass
+    assert model.base_model.model.model.layers[0].self_attn.q_proj.merged
 
 
 def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
