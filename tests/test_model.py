@@ -1,5 +1,7 @@
 """The embedded CPU model: conversion, LoRA, and generation through the same generate() the GPU path uses."""
 
+import os
+
 import pytest
 
 from helpers import model as m
@@ -51,3 +53,24 @@ def test_gpu_kwargs_come_from_the_preset():
     assert load["load_in_4bit"] and load["fast_inference"] and load["max_lora_rank"] == t4.lora_rank
     assert m.unsloth_peft_kwargs(t4)["use_gradient_checkpointing"] == "unsloth"
     assert m.vllm_sampling_kwargs(t4, greedy=True)["temperature"] == 0.0
+
+
+def test_live_adapter_requests_share_one_scratch_folder_not_the_users():
+    # unsloth_zoo's load_lora(folder, load_tensors=True) writes adapter_config.json into the folder it is given;
+    # a new folder per evaluation call piled up in /tmp
+    folders = []
+
+    class FakeVllmModel:
+        def load_lora(self, folder, load_tensors=False):
+            folders.append((folder, load_tensors))
+            return len(folders)
+
+    model = FakeVllmModel()
+    assert m.vllm_lora_request(model, None) is None
+    m.vllm_lora_request(model, m.LIVE_ADAPTER)
+    m.vllm_lora_request(model, m.LIVE_ADAPTER)
+    m.vllm_lora_request(model, "my-adapter")
+    (first, live1), (second, live2), (saved, live3) = folders
+    assert first == second and live1 and live2
+    assert os.path.isdir(first) and os.path.basename(first).startswith("grpo-kit-live-lora-")
+    assert (saved, live3) == ("my-adapter", False)
