@@ -491,10 +491,10 @@ def build_trainer(run: Run, train_dataset):
     )
 
 
-def connect(trainer) -> None:
+def connect(trainer, preset: Preset | None = None) -> None:
     """Give the kit's dashboard (a TRL callback) the trainer, so it can show the latest sampled completions; on CPU
-    install the shared-prompt speed-ups (helpers.cpu_compat); time each step's phases into metrics.jsonl
-    (helpers.step_timing: time/generation_s, time/backward_s, ...)."""
+    install the shared-prompt speed-ups (helpers.cpu_compat; bf16 sampling if the preset asks and the CPU has native
+    bf16); time each step's phases into metrics.jsonl (helpers.step_timing: time/generation_s, ...)."""
     from helpers.run.dashboard import TrainingDashboard
     from helpers.step_timing import StepTimer
 
@@ -502,9 +502,14 @@ def connect(trainer) -> None:
         if isinstance(callback, TrainingDashboard) and callback.trainer is None:
             callback.trainer = trainer
     if trainer.args.use_cpu:  # each group's prompt once in generation and loss (docs/performance.md)
-        from helpers.cpu_compat import speed_up_grpo_on_cpu
+        from helpers.cpu_compat import cpu_has_native_bf16, speed_up_grpo_on_cpu
 
-        speed_up_grpo_on_cpu(trainer)
+        bf16_sampling = bool(preset and preset.cpu_bf16_sampling)
+        if bf16_sampling and not cpu_has_native_bf16():
+            print("[grpo-kit] cpu_bf16_sampling: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is "
+                  "slower than fp32; sampling in fp32 instead")
+            bf16_sampling = False
+        speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
     if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
         try:
             StepTimer().attach(trainer)
@@ -521,7 +526,7 @@ def train(run: Run, trainer) -> None:
     """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
     from helpers.memory.oom_doctor import oom_advice
 
-    connect(trainer)
+    connect(trainer, run.preset)
     with oom_advice(run.preset, gpu=run.gpu):
         trainer.train(resume_from_checkpoint=resume_checkpoint(run))
 

@@ -232,7 +232,7 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # %%
 from helpers.memory.oom_doctor import oom_advice
 
-train.connect(trainer)  # the dashboard shows the trainer's latest sampled completions
+train.connect(trainer, kit.preset)  # the dashboard gets the trainer; CPU: the speed-ups
 with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=run.gpu):  # an OOM prints the cheapest fixes
     trainer.train(resume_from_checkpoint=train.resume_checkpoint(run))  # None: a fresh start
 summary = train.finish(run, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json

@@ -73,3 +73,9 @@ def test_unknown_preset_and_field():
 
 def test_prompts_per_step():
     assert get_preset("cpu").prompts_per_step == get_preset("cpu").per_device_train_batch_size // 8
+
+
+def test_bf16_sampling_is_a_cpu_backend_setting():
+    validate(get_preset("cpu", cpu_bf16_sampling=True), fake_runtime("cpu"))
+    with pytest.raises(PresetError, match=r"cpu_bf16_sampling=True: applies to the cpu backend only.*vLLM.*Fix"):
+        validate(get_preset("t4", cpu_bf16_sampling=True), fake_runtime("t4"))

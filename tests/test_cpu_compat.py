@@ -37,6 +37,7 @@ import types  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers.cpu_compat import (  # noqa: E402
+    Bf16Sampler,
     prompt_group_size,
     shared_prompt_logps,
     speed_up_grpo_on_cpu,
@@ -173,7 +174,48 @@ def test_merged_lora_generates_with_the_adapter_and_restores_the_weights():
     assert model.base_model.model.model.layers[0].self_attn.q_proj.merged
 
 
-def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
+def test_bf16_sampler_follows_the_trained_weights():
+    model = tiny_lora_model(fused_head=False).eval()
+    sampler = Bf16Sampler(model)
+    ids = torch.randint(3, 300, (2, 12))
+    with torch.no_grad():
+        for step in range(2):  # a training step changes LoRA B; sync must carry it over
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(torch.randn_like(p) * 0.1)
+            expected = model(input_ids=ids).logits
+            copy = sampler.sync()
+            assert next(copy.parameters()).dtype == torch.bfloat16
+            got = copy(input_ids=ids).logits.float()
+            assert (got - expected).abs().max() < 0.05 * expected.abs().max()
+            assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.9
+        with merged_lora(model):  # the policy merged by someone else: W already holds BA, not added twice
+            assert torch.allclose(sampler.sync()(input_ids=ids).logits.float(), got, atol=1e-3)
+
+
+def test_bf16_sampler_decodes_with_a_kv_cache_after_grpotrainer_turned_it_off():
+    # GRPOTrainer sets use_cache=False on the policy's config; a copy built from that config re-ran the whole
+    # sequence for every new token (9x slower in the main job). Each decoding step must feed one token.
+    model = tiny_lora_model(fused_head=False).eval()
+    base = model.get_base_model()
+    base.config.use_cache = False
+    base.generation_config.use_cache = False
+    sampler = Bf16Sampler(model)
+    widths = []
+    hook = sampler.model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                   with_kwargs=True)
+    try:
+        with torch.no_grad():
+            sampler.sync().generate(input_ids=torch.randint(3, 300, (2, 12)), max_new_tokens=5, min_new_tokens=5,
+                                    do_sample=False, pad_token_id=0)
+    finally:
+        hook.remove()
+    assert widths == [12, 1, 1, 1, 1]
+    assert base.config.use_cache is False  # the policy's own config is left as the trainer set it
+
+
+@pytest.mark.parametrize("bf16_sampling", [False, True], ids=["fp32-merged", "bf16-sampler"])
+def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, bf16_sampling):
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -194,10 +236,14 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
         used["loss"] += result is not None
         return result
 
-    def spy_generate(model, *args, **kwargs):
+    def spy_generate(sampling_model, *args, **kwargs):
         used["generation"] += 1
-        assert model.base_model.model.model.layers[0].self_attn.q_proj.merged  # sampling with LoRA merged
-        return real_generate(model, *args, **kwargs)
+        if bf16_sampling:  # the bf16 copy samples, the fp32 policy is left as it is
+            assert sampling_model is trainer._kit_sampler.model
+            assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
+        else:  # the policy samples, with LoRA merged
+            assert sampling_model.base_model.model.model.layers[0].self_attn.q_proj.merged
+        return real_generate(sampling_model, *args, **kwargs)
 
     monkeypatch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
     monkeypatch.setattr(kit_model, "generate_shared_prefix", spy_generate)
@@ -211,8 +257,33 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch):
     prompts = [[{"role": "user", "content": "Say a number."}]] * 2
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
                           train_dataset=Dataset.from_dict({"prompt": prompts}))
-    speed_up_grpo_on_cpu(trainer)
+    speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
     trainer.train()
     assert trainer.state.global_step == 1
     assert used == {"loss": 1, "generation": 1}  # the step sampled through the shared prefix, took the shared loss
     assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged  # unmerged again for training
+
+
+@pytest.mark.parametrize("asked,native,sampler", [(False, True, False), (True, True, True), (True, False, False)])
+def test_connect_samples_in_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
+                                                                             asked, native, sampler):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    import helpers.cpu_compat as cpu_compat
+    from helpers import train
+    from helpers.config import get_preset
+    from helpers.model import prepare_embedded_model
+
+    monkeypatch.setattr(cpu_compat, "cpu_has_native_bf16", lambda: native)
+    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=6, report_to=[], save_strategy="no")
+    trainer = GRPOTrainer(model=tiny_lora_model(fused_head=False, vocab_size=len(tokenizer)),
+                          processing_class=tokenizer, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
+                          args=args, train_dataset=Dataset.from_dict({"prompt": ["Say a number."] * 2}))
+    train.connect(trainer, get_preset("cpu", cpu_bf16_sampling=asked))
+    assert trainer._kit_cpu_speedups
+    assert isinstance(trainer._kit_sampler, Bf16Sampler) if sampler else trainer._kit_sampler is None
+    assert ("no native bf16" in capsys.readouterr().out) == (asked and not native)

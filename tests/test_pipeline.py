@@ -11,8 +11,8 @@ import pytest
 
 from helpers import notebook_setup, train
 from helpers.model import peft_lora_kwargs
-from helpers.config import (DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS, RECORD_FIELDS, VLLM_FIELDS,
-                              Preset, PresetError, get_preset)
+from helpers.config import (CPU_FIELDS, DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS,
+                            RECORD_FIELDS, VLLM_FIELDS, Preset, PresetError, get_preset)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +56,7 @@ CHANGES = {
     "max_steps": (3, None),
     "logging_steps": (2, None),
     "seed": (7, None),
+    "cpu_bf16_sampling": (True, None),
     "eval_max_new_tokens": (20, None),
     "accelerate_config": ("configs/accelerate/cpu_2proc.yaml", None),
     "num_processes": (2, None),
@@ -89,6 +90,7 @@ def _check_reached(run, name, value):
 def test_every_field_is_classified_and_has_a_flag_with_help():
     names = {f.name for f in fields(Preset)}
     classified = set(GRPO_CONFIG_FIELDS) | set(MODEL_FIELDS) | set(DATA_FIELDS) | set(VLLM_FIELDS) | set(LAUNCH_FIELDS)
+    classified |= set(CPU_FIELDS)
     classified |= set(RECORD_FIELDS)
     assert names == classified, f"fields with no stated destination: {names ^ classified}"
     assert names - {"name"} == set(CHANGES), "give a new field a changed value in CHANGES"
