@@ -137,7 +137,8 @@ PRESETS = {
         temperature=1.0,
         learning_rate=5e-4,  # 1e-3 collapsed to one short answer (measured: accuracy 0.22 -> 0.06)
         # 30 steps mostly taught the format (accuracy 0.22 -> 0.34); correctness climbs from about step 25 on,
-        # and 40 steps reached 0.22 -> 0.52 in 8 minutes on 2 cores (README "Measured on the CPU path").
+        # and 40 steps reached 0.22 -> 0.52 in 8 minutes on 2 cores (README "Measured on the CPU path") at seed 0;
+        # seeds 1 and 2 learned the format but not the arithmetic (0.14 -> 0.14, 0.30 -> 0.12; docs/performance.md).
         max_steps=40,
         eval_max_new_tokens=64,
     ),
