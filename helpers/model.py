@@ -9,6 +9,7 @@ Both paths return (model, tokenizer) and share one generate().
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -358,17 +359,14 @@ def vllm_lora_request(model, lora_path):
     if lora_path == LIVE_ADAPTER:
         # unsloth_zoo writes the live adapter_config.json into the folder it is given: a scratch one, never the
         # user's saved adapter. Every load_lora call gets a new request id, so vLLM never serves a cached adapter.
-        return model.load_lora(_live_adapter_scratch(), load_tensors=True)
+        return model.load_lora(_live_adapter_scratch().name, load_tensors=True)
     return model.load_lora(str(lora_path))
 
 
-_LIVE_ADAPTER_SCRATCH = []  # one folder per process, removed when it exits (a folder per call piled up in /tmp)
-
-
-def _live_adapter_scratch() -> str:
-    if not _LIVE_ADAPTER_SCRATCH:
-        _LIVE_ADAPTER_SCRATCH.append(tempfile.TemporaryDirectory(prefix="grpo-kit-live-lora-"))
-    return _LIVE_ADAPTER_SCRATCH[0].name
+@functools.cache
+def _live_adapter_scratch() -> tempfile.TemporaryDirectory:
+    """One folder per process, removed when it exits (a folder per call piled up in /tmp)."""
+    return tempfile.TemporaryDirectory(prefix="grpo-kit-live-lora-")
 
 
 @contextmanager

@@ -64,6 +64,22 @@ def tiny_lora_model(fused_head=True, seed=0, vocab_size=300):
     return get_peft_model(base, lora)
 
 
+def tiny_grpo_trainer(tmp_path, prompts, reward):
+    """A real GRPOTrainer on the tiny model (embedded tokenizer): 2 prompts x 4 completions of up to 6 tokens."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from helpers.model import prepare_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
+                      num_generations=4, max_completion_length=6, report_to=[], logging_steps=1,
+                      gradient_checkpointing=False, save_strategy="no")
+    return GRPOTrainer(model=tiny_lora_model(fused_head=False, vocab_size=len(tokenizer)), processing_class=tokenizer,
+                       reward_funcs=[reward], args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
+
+
 def grpo_batch(groups=2, group_size=4, prompt_len=10, completion_len=6):
     """TRL's layout: each left-padded prompt repeated group_size times, completions right-padded."""
     torch.manual_seed(1)
@@ -216,19 +232,16 @@ def test_bf16_sampler_decodes_with_a_kv_cache_after_grpotrainer_turned_it_off():
 
 @pytest.mark.parametrize("bf16_sampling", [False, True], ids=["fp32-merged", "bf16-sampler"])
 def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, bf16_sampling):
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
     import helpers.cpu_compat as cpu_compat
-    from helpers.model import prepare_embedded_model
-
-    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
-    model = tiny_lora_model(fused_head=False, vocab_size=len(tokenizer))
-    used = {"loss": 0, "generation": 0}
-    real_logps = cpu_compat.shared_prompt_logps
     import helpers.model as kit_model
 
+    def reward(completions, **kwargs):
+        return [float(len(c[0]["content"]) % 3) for c in completions]
+
+    trainer = tiny_grpo_trainer(tmp_path, [[{"role": "user", "content": "Say a number."}]] * 2, reward)
+    model = trainer.model
+    used = {"loss": 0, "generation": 0}
+    real_logps = cpu_compat.shared_prompt_logps
     real_generate = kit_model.generate_shared_prefix
 
     def spy_logps(*args, **kwargs):
@@ -248,15 +261,6 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, b
     monkeypatch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
     monkeypatch.setattr(kit_model, "generate_shared_prefix", spy_generate)
 
-    def reward(completions, **kwargs):
-        return [float(len(c[0]["content"]) % 3) for c in completions]
-
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
-                      num_generations=4, max_completion_length=6, report_to=[], logging_steps=1,
-                      gradient_checkpointing=False, save_strategy="no")
-    prompts = [[{"role": "user", "content": "Say a number."}]] * 2
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward], args=args,
-                          train_dataset=Dataset.from_dict({"prompt": prompts}))
     speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
     trainer.train()
     assert trainer.state.global_step == 1
@@ -267,22 +271,12 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, b
 @pytest.mark.parametrize("asked,native,sampler", [(False, True, False), (True, True, True), (True, False, False)])
 def test_connect_samples_in_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
                                                                              asked, native, sampler):
-    from datasets import Dataset
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
     import helpers.cpu_compat as cpu_compat
     from helpers import train
     from helpers.config import get_preset
-    from helpers.model import prepare_embedded_model
 
     monkeypatch.setattr(cpu_compat, "cpu_has_native_bf16", lambda: native)
-    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
-                      num_generations=4, max_completion_length=6, report_to=[], save_strategy="no")
-    trainer = GRPOTrainer(model=tiny_lora_model(fused_head=False, vocab_size=len(tokenizer)),
-                          processing_class=tokenizer, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
-                          args=args, train_dataset=Dataset.from_dict({"prompt": ["Say a number."] * 2}))
+    trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2, lambda completions, **kw: [0.0] * len(completions))
     train.connect(trainer, get_preset("cpu", cpu_bf16_sampling=asked))
     assert trainer._kit_cpu_speedups
     assert isinstance(trainer._kit_sampler, Bf16Sampler) if sampler else trainer._kit_sampler is None
