@@ -247,5 +247,55 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False):
 
     trainer._generate_single_turn = types.MethodType(_generate_single_turn, trainer)
     trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
+    if old_logps_from_first_pass(trainer):
+        take_old_logps_from_the_first_pass(trainer)
     trainer._kit_cpu_speedups = True
     return trainer
+
+
+def old_logps_from_first_pass(trainer) -> bool:
+    """True when every slice of a sampled batch is first trained on by the weights that sampled it: TRL's no-grad
+    pass for the old log-probabilities then equals the first loss pass, detached (num_iterations > 1, one
+    generation per optimizer step, no vLLM)."""
+    args = trainer.args
+    return (trainer.num_iterations > 1 and args.steps_per_generation == args.gradient_accumulation_steps
+            and not getattr(trainer, "use_vllm", False))
+
+
+def take_old_logps_from_the_first_pass(trainer):
+    """With num_iterations > 1 TRL runs the whole batch through the model once more, without gradient, to get the
+    log-probabilities PPO-style clipping compares with. Those are the values the batch's first loss pass computes
+    (same weights, same inputs, no dropout), so keep that pass's, detached, for the later iterations instead."""
+    import types
+
+    original_score = trainer._generate_and_score_completions
+    original_loss = trainer._compute_loss
+    original_logps = trainer._get_per_token_logps_and_entropies
+
+    def _generate_and_score_completions(self, *args, **kwargs):
+        iterations, self.num_iterations = self.num_iterations, 1  # TRL then skips its no-grad pass
+        try:
+            return original_score(*args, **kwargs)
+        finally:
+            self.num_iterations = iterations
+
+    def _compute_loss(self, model, inputs):
+        if "old_per_token_logps" in inputs:  # a later iteration: the first one stored them
+            return original_loss(model, inputs)
+        self._kit_first_pass = []
+        try:
+            loss = original_loss(model, inputs)  # TRL uses per_token_logps.detach() when they are missing
+            inputs["old_per_token_logps"] = self._kit_first_pass[0]  # the buffered batch keeps them
+        finally:
+            self._kit_first_pass = None
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = original_logps(*args, **kwargs)
+        if getattr(self, "_kit_first_pass", None) is not None:
+            self._kit_first_pass.append(result[0].detach())
+        return result
+
+    trainer._generate_and_score_completions = types.MethodType(_generate_and_score_completions, trainer)
+    trainer._compute_loss = types.MethodType(_compute_loss, trainer)
+    trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)

@@ -287,8 +287,10 @@ def plan_run(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bo
 
 
 def default_save_steps(preset) -> int:
-    """About five checkpoints per run, at most 25 steps apart."""
-    return max(1, min(25, preset.max_steps // 5))
+    """About five checkpoints per run, at most 25 steps apart, each at the end of a sampled batch: TRL does not
+    checkpoint the batch it is still reusing (num_iterations > 1), so a resumed run samples afresh there."""
+    every = preset.num_iterations
+    return max(every, min(25, preset.max_steps // 5) // every * every)
 
 
 def build_datasets(preset, tokenizer):

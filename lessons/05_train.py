@@ -13,7 +13,7 @@
 # - Save checkpoints (locally or on Google Drive) and resume an interrupted run.
 # - Know what the run folder holds (05 saves it; 06 reads it).
 #
-# **Expected time on a free Colab T4:** about 35-60 min for {{t4.max_steps}} steps (estimate, not yet measured). On a CPU with the embedded model: about 8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 31 s for `python -m helpers.train --preset cpu`, 2-core CPU).
+# **Expected time on a free Colab T4:** about 35-60 min for {{t4.max_steps}} steps (estimate, not yet measured). On a CPU with the embedded model: about 7-8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 22 s for `python -m helpers.train --preset cpu` on the 2-core development machine, 2026-11-23; machines of the same kind differ by up to 3.5x).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -115,13 +115,14 @@ config = GRPOConfig(
     scale_rewards=p.scale_rewards,               # "group": advantage = (reward - group mean) / group std
     beta=p.beta,                                 # weight of the KL penalty; 0.0 = no reference model in memory
     # --- the optimizer
-    learning_rate=p.learning_rate,               # LoRA on the tiny CPU model tolerates 5e-4; the 1.5B uses 5e-6
+    learning_rate=p.learning_rate,               # LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
     weight_decay=p.weight_decay,
     warmup_steps=p.warmup_steps,
     lr_scheduler_type=p.lr_scheduler_type,
     max_grad_norm=p.max_grad_norm,               # clip the update: RL gradients are noisy
     optim=p.optim,                               # adamw_8bit on a GPU keeps the optimizer state small
     max_steps=p.max_steps,
+    num_iterations=p.num_iterations,             # optimizer steps per batch of completions (2: sample every other step)
     seed=p.seed,
     # --- precision and device
     bf16=bf16_ok,                                # a T4 (compute capability 7.5) has no bf16 ...

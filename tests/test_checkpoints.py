@@ -188,6 +188,10 @@ def test_save_steps_reach_the_grpo_config():
     assert train.default_save_steps(get_preset("cpu", max_steps=30)) == 6
     assert train.default_save_steps(get_preset("cpu", max_steps=40)) == 8
     assert train.default_save_steps(get_preset("t4")) == 25  # 250 steps: capped
+    # num_iterations > 1: checkpoints fall where a sampled batch has been used up (TRL does not save the batch)
+    assert train.default_save_steps(get_preset("cpu", max_steps=35, num_iterations=2)) == 6
+    assert train.default_save_steps(get_preset("cpu", max_steps=5, num_iterations=3)) == 3
+    assert train.default_save_steps(get_preset("t4", num_iterations=2)) == 24
     args = train.parse_args(["--save-steps", "3", "--keep", "4", "--no-resume"])
     assert args.save_steps == 3 and args.keep == 4 and args.resume is False
     assert train.parse_args([]).resume is None

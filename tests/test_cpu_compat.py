@@ -64,8 +64,9 @@ def tiny_lora_model(fused_head=True, seed=0, vocab_size=300):
     return get_peft_model(base, lora)
 
 
-def tiny_grpo_trainer(tmp_path, prompts, reward):
-    """A real GRPOTrainer on the tiny model (embedded tokenizer): 2 prompts x 4 completions of up to 6 tokens."""
+def tiny_grpo_trainer(tmp_path, prompts, reward, **config):
+    """A real GRPOTrainer on the tiny model (embedded tokenizer): 2 prompts x 4 completions of up to 6 tokens.
+    config: GRPOConfig values to change (max_steps=1 unless given)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -73,9 +74,10 @@ def tiny_grpo_trainer(tmp_path, prompts, reward):
     from helpers.model import prepare_embedded_model
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4,
-                      num_generations=4, max_completion_length=6, report_to=[], logging_steps=1,
-                      gradient_checkpointing=False, save_strategy="no")
+    args = GRPOConfig(**{**dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1,
+                                per_device_train_batch_size=4, num_generations=4, max_completion_length=6,
+                                report_to=[], logging_steps=1, gradient_checkpointing=False, save_strategy="no"),
+                         **config})
     return GRPOTrainer(model=tiny_lora_model(fused_head=False, vocab_size=len(tokenizer)), processing_class=tokenizer,
                        reward_funcs=[reward], args=args, train_dataset=Dataset.from_dict({"prompt": prompts}))
 
@@ -266,6 +268,73 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, b
     assert trainer.state.global_step == 1
     assert used == {"loss": 1, "generation": 1}  # the step sampled through the shared prefix, took the shared loss
     assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged  # unmerged again for training
+
+
+def _two_steps_on_one_batch(tmp_path, from_first_pass: bool):
+    """Two optimizer steps on one sampled batch (num_iterations=2, the cpu preset's), the kit's speed-ups on; the old
+    log-probabilities from the first loss pass (the kit) or from TRL's own no-grad pass. Returns (calls, the old
+    log-probabilities the second step compared with, the trained LoRA weights)."""
+    import helpers.cpu_compat as cpu_compat
+    import helpers.model as kit_model
+
+    calls = {"loss_with_grad": 0, "loss_no_grad": 0, "generation": 0}
+    real_logps, real_generate = cpu_compat.shared_prompt_logps, kit_model.generate_shared_prefix
+
+    def spy_logps(*args, **kwargs):
+        calls["loss_with_grad" if torch.is_grad_enabled() else "loss_no_grad"] += 1
+        return real_logps(*args, **kwargs)
+
+    def spy_generate(*args, **kwargs):
+        calls["generation"] += 1
+        return real_generate(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
+        patch.setattr(kit_model, "generate_shared_prefix", spy_generate)
+        patch.setattr(cpu_compat, "old_logps_from_first_pass", lambda trainer: from_first_pass)
+        return _train_two_steps(tmp_path, calls)
+
+
+def _train_two_steps(tmp_path, calls):
+    trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2,
+                                lambda completions, **kw: [float(sum(map(ord, c)) % 7) for c in completions],
+                                max_steps=2, num_iterations=2, learning_rate=1e-2)
+    speed_up_grpo_on_cpu(trainer)
+    initial = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
+    seen = []
+    compute_loss = trainer._compute_loss
+    trainer._compute_loss = lambda model, inputs: (seen.append(inputs.get("old_per_token_logps")),
+                                                  compute_loss(model, inputs))[1]
+    trainer.train()
+    assert trainer.state.global_step == 2
+    lora = {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
+    assert any(not torch.equal(lora[k], initial[k]) for k in lora)  # the two steps did train
+    return calls, seen[1], lora
+
+
+def test_two_iterations_per_batch_take_the_old_logps_from_the_first_loss_pass(tmp_path):
+    """The kit skips TRL's no-grad pass and keeps the first loss pass's log-probabilities: the same numbers, so the
+    same second step and the same trained weights, with one forward pass fewer per sampled batch."""
+    kit_calls, kit_old, kit_lora = _two_steps_on_one_batch(tmp_path / "kit", from_first_pass=True)
+    trl_calls, trl_old, trl_lora = _two_steps_on_one_batch(tmp_path / "trl", from_first_pass=False)
+    assert trl_calls == {"loss_with_grad": 2, "loss_no_grad": 1, "generation": 1}  # TRL's own old-logps pass
+    assert kit_calls == {"loss_with_grad": 2, "loss_no_grad": 0, "generation": 1}  # one sample, no extra pass
+    assert kit_old is not None and kit_old.shape == trl_old.shape
+    torch.testing.assert_close(kit_old, trl_old, rtol=0, atol=1e-6)
+    assert kit_lora.keys() == trl_lora.keys()
+    for name in kit_lora:
+        torch.testing.assert_close(kit_lora[name], trl_lora[name], rtol=0, atol=1e-6)
+
+
+def test_old_logps_come_from_the_first_pass_only_where_that_is_exact():
+    from helpers.cpu_compat import old_logps_from_first_pass
+
+    one_slice = types.SimpleNamespace(steps_per_generation=1, gradient_accumulation_steps=1)
+    assert old_logps_from_first_pass(types.SimpleNamespace(num_iterations=2, args=one_slice))
+    assert not old_logps_from_first_pass(types.SimpleNamespace(num_iterations=1, args=one_slice))  # TRL skips it
+    later_slices = types.SimpleNamespace(steps_per_generation=2, gradient_accumulation_steps=1)  # trained after a step
+    assert not old_logps_from_first_pass(types.SimpleNamespace(num_iterations=2, args=later_slices))
+    assert not old_logps_from_first_pass(types.SimpleNamespace(num_iterations=2, args=one_slice, use_vllm=True))
 
 
 @pytest.mark.parametrize("asked,native,sampler", [(False, True, False), (True, True, True), (True, False, False)])

@@ -81,6 +81,9 @@ def test_step_line_is_compact_and_handles_gpu_and_cpu_memory():
     gpu = db.step_line({"step": 1, "kl": 0.01, "memory/allocated_gb": 3, "memory/reserved_gb": 4,
                         "memory/peak_gb": 5})
     assert "kl 0.0100" in gpu and "GPU 3.00/4.00 GB (peak 5.00)" in gpu and "reward -" in gpu
+    reused = db.step_line({"step": 4, "loss": 0.1, "memory/rss_gb": 1.5}, max_steps=40)  # num_iterations=2
+    assert reused == ("step 4/40 | trained again on the last sampled completions (num_iterations > 1): no new rewards"
+                      " | RAM 1.50 GB")
 
 
 def _trl_like_logs():

@@ -54,6 +54,7 @@ CHANGES = {
     "optim": ("adamw_8bit", "8-bit optimizers"),
     "gradient_checkpointing": (True, None),
     "max_steps": (3, None),
+    "num_iterations": (2, None),
     "logging_steps": (2, None),
     "seed": (7, None),
     "cpu_bf16_sampling": (True, None),

@@ -15,7 +15,8 @@ from helpers.run.checkpoints import checkpoint_problems, list_checkpoints
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--preset", "cpu", "--max-steps", "3", "--eval-size", "2", "--num-generations", "4", "--batch-size", "4",
         "--max-completion-length", "16", "--eval-max-new-tokens", "8", "--save-steps", "1", "--keep", "5",
-        "--dashboard", "headless"]
+        "--dashboard", "headless",
+        "--num-iterations", "1"]  # a batch sampled every step, so every step logs rewards (the preset samples every other)
 
 
 def _steps(path):

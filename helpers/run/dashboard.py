@@ -136,10 +136,13 @@ def memory_text(row: dict) -> str:
 def step_line(row: dict, max_steps: int | None = None) -> str:
     """One compact line for a logged step (headless runs print it)."""
     step = f"{row.get('step')}/{max_steps}" if max_steps else str(row.get("step"))
-    parts = [f"step {step}", f"reward {_fmt(row.get('reward'))} (spread {_fmt(row.get('reward_std'))})",
-             f"zero-spread {_fmt(row.get('frac_reward_zero_std'), '.2f')}",
-             f"length {_fmt(row.get('completions/mean_length'), '.1f')} "
-             f"(clipped {_fmt(row.get('completions/clipped_ratio'), '.2f')})"]
+    if "loss" in row and "reward" not in row:  # TRL logs rewards where it samples, not on a reused batch
+        parts = [f"step {step}", "trained again on the last sampled completions (num_iterations > 1): no new rewards"]
+    else:
+        parts = [f"step {step}", f"reward {_fmt(row.get('reward'))} (spread {_fmt(row.get('reward_std'))})",
+                 f"zero-spread {_fmt(row.get('frac_reward_zero_std'), '.2f')}",
+                 f"length {_fmt(row.get('completions/mean_length'), '.1f')} "
+                 f"(clipped {_fmt(row.get('completions/clipped_ratio'), '.2f')})"]
     if isinstance(row.get("kl"), (int, float)):
         parts.append(f"kl {_fmt(row['kl'], '.4f')}")
     parts.append(memory_text(row))
