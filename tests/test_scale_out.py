@@ -45,7 +45,7 @@ def test_two_processes_train_together_and_write_results_once(tmp_path):
     cmd = [str(Path(sys.executable).parent / "accelerate"), "launch",
            "--config_file", str(ROOT / "configs/accelerate/cpu_2proc.yaml"),
            "-m", "helpers.train", "--preset", "cpu", "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
-           "--max-completion-length", "16", "--eval-size", "2", "--eval-max-new-tokens", "8", "--save-steps", "0",
+           "--max-completion-length", "16", "--num-iterations", "1", "--eval-size", "2", "--eval-max-new-tokens", "8", "--save-steps", "0",
            "--run-dir", str(run)]
     started = time.time()
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
@@ -93,8 +93,15 @@ def test_cli_names_the_process_count_before_loading_anything(tmp_path):
 # ------------------------------------------------------------------------------------- validation, presets
 
 
+def test_several_cpu_processes_refuse_reusing_a_sampled_batch_with_the_fix():
+    with pytest.raises(PresetError, match="num_iterations.*--num-iterations 1"):
+        validate(get_preset("cpu"), num_processes=2)  # the cpu preset trains on each sampled batch twice
+    validate(get_preset("cpu", num_iterations=1), num_processes=2)
+    validate(get_preset("cpu"), num_processes=1)
+
+
 def test_generation_batch_counts_every_process():
-    p = get_preset("cpu", per_device_train_batch_size=4, num_generations=8)
+    p = get_preset("cpu", per_device_train_batch_size=4, num_generations=8, num_iterations=1)
     with pytest.raises(PresetError, match="not divisible by num_generations"):
         validate(p)  # one process: 4 completions cannot hold a group of 8
     validate(p, num_processes=2)  # 4 x 2 = 8: one group spread over both processes, as TRL allows
