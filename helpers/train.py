@@ -31,6 +31,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from helpers import runtime as rt
+from helpers.cli import add_dataclass_flags, add_field_flag, given_fields
 from helpers.config import Preset, PresetError, get_preset, validate
 
 
@@ -66,55 +67,6 @@ class RunOptions:
 
 
 DASHBOARD_MODES = ("auto", "notebook", "headless", "off")
-FLAG_ALIASES = {"per_device_train_batch_size": ["--batch-size"]}  # short names kept from earlier versions
-
-
-def flag_of(name: str) -> str:
-    """The command-line flag of a Preset or RunOptions field."""
-    return "--" + name.replace("_", "-")
-
-
-def _none_or(kind):
-    def parse(text):
-        return None if text.strip().lower() == "none" else kind(text)
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _tuple_of(kind):
-    def parse(text):
-        return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
-
-    parse.__name__ = f"comma-separated {kind.__name__}"
-    return parse
-
-
-def _add_field_flag(ap, f, hint, default_is_preset: bool) -> None:
-    """One flag for one dataclass field, its type read from the annotation and its help from the field's metadata."""
-    help_text = f.metadata.get("help", "")
-    if default_is_preset:
-        help_text += " (default: the preset's)"
-    elif f.default not in (MISSING, None, (), False):
-        help_text += f" (default: {f.default})"
-    flags = [flag_of(f.name), *FLAG_ALIASES.get(f.name, [])]
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    optional = type(None) in args
-    base = next((a for a in args if a is not type(None)), hint) if optional and origin is not tuple else hint
-    default = None if default_is_preset else f.default
-    if base is bool:
-        ap.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-    elif typing.get_origin(base) is tuple:
-        ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
-                        help=help_text)
-    elif base is Path:
-        ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
-    elif base in (int, float, str):
-        kind = _none_or(base) if optional else base
-        ap.add_argument(*flags, dest=f.name, type=kind, default=default,
-                        help=help_text + (" ('none' to unset)" if optional else ""))
-    else:  # a new field type: say so here rather than drop the field from the command line
-        raise TypeError(f"helpers.train cannot make a flag for {f.name}: {hint}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,10 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the recipe to start from: cpu (embedded model, any machine), t4 (Qwen2.5-1.5B on a GPU), "
                          "or a multi-GPU one; the flags below change its fields")
     recipe = ap.add_argument_group("preset fields (what to train; default: the preset's value)")
-    hints = typing.get_type_hints(Preset)
-    for f in fields(Preset):
-        if f.name != "name":  # --preset chooses it
-            _add_field_flag(recipe, f, hints[f.name], default_is_preset=True)
+    add_dataclass_flags(recipe, Preset, default_is_preset=True, skip=("name",), prog=ap.prog)  # --preset chooses name
     running = ap.add_argument_group("run options (how to run)")
     hints = typing.get_type_hints(RunOptions)
     for f in fields(RunOptions):
@@ -136,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif f.name == "dashboard":
             running.add_argument("--dashboard", choices=DASHBOARD_MODES, default=f.default, help=f.metadata["help"])
         else:
-            _add_field_flag(running, f, hints[f.name], default_is_preset=False)
+            add_field_flag(running, f, hints[f.name], default_is_preset=False, prog=ap.prog)
     return ap
 
 
@@ -146,8 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def overrides_from(args) -> dict:
     """The Preset fields given on the command line (the rest keep the preset's values)."""
-    return {f.name: getattr(args, f.name) for f in fields(Preset)
-            if f.name != "name" and getattr(args, f.name, None) is not None}
+    return given_fields(args, Preset, skip=("name",))
 
 
 def options_from(args) -> RunOptions:

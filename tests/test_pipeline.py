@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import notebook_setup, train
+from helpers.cli import flag_of
 from helpers.model import peft_lora_kwargs
 from helpers.config import (CPU_FIELDS, DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS,
                             RECORD_FIELDS, VLLM_FIELDS, Preset, PresetError, get_preset)
@@ -67,7 +68,7 @@ CHANGES = {
 
 
 def _cli_args(name, value) -> list[str]:
-    flag = train.flag_of(name)
+    flag = flag_of(name)
     if isinstance(value, bool):
         return [flag if value else "--no-" + flag[2:]]
     if isinstance(value, tuple):
@@ -99,7 +100,7 @@ def test_every_field_is_classified_and_has_a_flag_with_help():
     for f in fields(Preset):
         assert f.metadata.get("help"), f"{f.name} has no help text"
         if f.name != "name":
-            assert train.flag_of(f.name) in help_text
+            assert flag_of(f.name) in help_text
 
 
 @pytest.mark.parametrize("name", sorted(CHANGES))
