@@ -7,16 +7,22 @@ The core, flat (each imports only the core below it):
     data.py            GSM8K and offline synthetic questions; which questions a preset trains and is evaluated on
     rewards.py         reward functions with TRL's calling contract; numeric answer checking
     model.py           load (Unsloth + vLLM on GPU, the embedded model + peft on CPU) and one generate() for both
-    cpu_compat.py      a plain-PyTorch stand-in for TRL's Triton log-prob kernel, which CPU PyTorch lacks
+    cli.py             command-line flags generated from dataclass fields (helpers.train, helpers.memory)
+    cpu_compat.py      the CPU maths: a plain-PyTorch log-prob kernel (no Triton), the shared-prompt loss, bf16 sampler
     evaluation.py      greedy accuracy, format rate and pass@k, before and after training
     sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed)
-    step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
 Front doors (commands and the notebooks' setup):
-    train.py           python -m helpers.train: the run as named steps (prepare ... finish), which notebook 05 calls too
+    train.py           python -m helpers.train: the command line of the run (helpers.run.pipeline does the work)
     evaluate.py        python -m helpers.evaluate: before/after and pass@k of a saved run
     capstone.py        python -m helpers.capstone: checks a student's train_grpo.py
     notebook_setup.py  the setup cell of every notebook: find or clone the kit, install on Colab, guard the runtime
-run/        the run pipeline's parts, attached to TRL's trainer by train.py:
+run/        the run's wing: everything between the setup cell (or the command line) and the results:
+    pipeline.py        the named steps (start, load_model, ... finish) that the CLI and notebook 05 both call
+    options.py         RunOptions: how to run (folder, checkpoints, resume, dashboard), each a flag of helpers.train
+    guard.py           the one check before any model loads: validate, predict memory, refuse with the fix, Unsloth first
+    folder.py          the run folder: fresh start, resume or refusal; config.json written, read and compared
+    trl_patches.py     every patch on TRL's private methods, named in one table, installed in one order
+    step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
     metrics.py         metrics.jsonl per step, the reward curve
     dashboard.py       live curves, samples and warnings while training
     checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive

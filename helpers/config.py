@@ -6,6 +6,7 @@ A preset holds every number a run depends on, so a notebook, the CLI and the tes
 
 from __future__ import annotations
 
+import functools
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 from helpers.runtime import Runtime
@@ -81,7 +82,7 @@ class Preset:
     # TRL's mu (GRPO paper): each batch of completions is sampled once and trained on num_iterations times, so a run
     # of max_steps samples max_steps / num_iterations batches. > 1 makes TRL add a no-grad forward per batch for the
     # old log-probabilities its clipping compares with; on the cpu backend the kit takes them from the first loss
-    # pass instead (helpers.cpu_compat.take_old_logps_from_the_first_pass).
+    # pass instead (helpers.run.trl_patches.take_old_logps_from_the_first_pass).
     num_iterations: int = _knob(1, "optimizer steps on each batch of sampled completions (TRL's num_iterations, "
                                    "the GRPO paper's mu); 2 samples half as often")
     logging_steps: int = _knob(1, "log (metrics.jsonl, dashboard) every N steps")
@@ -290,12 +291,23 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
 
     num_processes: training processes (accelerate launch --num_processes); TRL's generation batch is
     per_device_train_batch_size x num_processes x gradient_accumulation_steps.
+    runtime: the machine (None: only what holds on any machine is checked).
     """
-    p = preset
+    _check_recipe(preset, num_processes)
+    if preset.backend == "trl-vllm":
+        _check_trl_vllm(preset, num_processes)
+    _check_data_and_unused_settings(preset)
+    if runtime is not None:
+        _check_runtime(preset, runtime)
 
-    def bad(field_name, problem, fix):
-        raise PresetError(f"{field_name}={getattr(p, field_name)!r}: {problem}. Fix: {fix}.")
 
+def _refuse(p: Preset, field_name: str, problem: str, fix: str):
+    raise PresetError(f"{field_name}={getattr(p, field_name)!r}: {problem}. Fix: {fix}.")
+
+
+def _check_recipe(p: Preset, num_processes: int) -> None:
+    """What holds on any machine: whole numbers, the group arithmetic, lengths, rates, the backend's name."""
+    bad = functools.partial(_refuse, p)
     for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "max_completion_length", "max_seq_length", "max_prompt_length", "max_steps", "lora_rank",
                  "eval_max_new_tokens", "logging_steps", "num_processes"):
@@ -334,21 +346,11 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
     if p.cpu_bf16_sampling and p.backend != "cpu":
         bad("cpu_bf16_sampling", f"applies to the cpu backend only (backend={p.backend!r} samples with "
             f"{'vLLM' if p.fast_inference or p.backend == 'trl-vllm' else 'the model itself'})", "leave it False")
-    if p.backend == "trl-vllm":
-        if p.vllm_mode not in ("colocate", "server"):
-            bad("vllm_mode", "must be 'colocate' or 'server'", "colocate: vLLM inside each training process; "
-                "server: `trl vllm-serve` on GPUs of its own (docs/scale-out.md)")
-        if p.vllm_mode == "colocate" and p.gpu_memory_utilization is None:
-            bad("gpu_memory_utilization", "colocated vLLM needs the fraction of each GPU it may reserve",
-                "set it, e.g. 0.3")
-        if not isinstance(p.vllm_tensor_parallel_size, int) or p.vllm_tensor_parallel_size < 1:
-            bad("vllm_tensor_parallel_size", "must be a whole number >= 1", "use 1, 2, 4 or 8")
-        if p.vllm_mode == "colocate" and num_processes % p.vllm_tensor_parallel_size:
-            bad("vllm_tensor_parallel_size", f"colocated engines split the {num_processes} training processes "
-                "into tensor-parallel groups, so it must divide the process count",
-                f"use a divisor of {num_processes}")
-        if not 0 < p.vllm_server_port < 65536:
-            bad("vllm_server_port", "is not a TCP port", "use e.g. 8000 (and the same --port for trl vllm-serve)")
+
+
+def _check_data_and_unused_settings(p: Preset) -> None:
+    """The data, the LoRA scale, and settings this backend would silently ignore."""
+    bad = functools.partial(_refuse, p)
     if p.dataset not in ("synthetic", "gsm8k"):
         bad("dataset", "must be 'synthetic' or 'gsm8k'", "pick one of the two")
     refuse_unused_settings(p)
@@ -358,21 +360,41 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
         bad("train_size", f"needs at least one step's prompts ({p.prompts_per_step}) and eval_size >= 1",
             "raise train_size / eval_size")
 
-    if runtime is not None:
-        if p.backend == "trl-vllm" and not runtime.has_gpu:
-            raise PresetError(
-                f"preset {p.name!r} needs NVIDIA GPUs (TRL + vLLM, bf16) and this machine has none. Fix: run it on "
-                "a multi-GPU machine with accelerate launch (docs/scale-out.md); on a CPU machine use --preset cpu."
-            )
-        if p.backend == "unsloth" and not runtime.has_gpu:
-            raise PresetError(
-                f"preset {p.name!r} needs an NVIDIA GPU (Unsloth + vLLM) and this machine has none. Fix: on Colab "
-                "choose Runtime > Change runtime type > T4 GPU; on a CPU machine use --preset cpu."
-            )
-        if p.backend == "cpu" and runtime.has_gpu and p.name == "cpu":
-            pass  # the CPU demo also runs on a GPU machine, on the CPU, on purpose: it is the reference run
-        if p.optim.endswith("8bit") and not runtime.has_gpu:
-            bad("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on CPU")
+
+def _check_trl_vllm(p: Preset, num_processes: int) -> None:
+    """The multi-GPU backend: where vLLM runs and how it is split."""
+    bad = functools.partial(_refuse, p)
+    if p.vllm_mode not in ("colocate", "server"):
+        bad("vllm_mode", "must be 'colocate' or 'server'", "colocate: vLLM inside each training process; "
+            "server: `trl vllm-serve` on GPUs of its own (docs/scale-out.md)")
+    if p.vllm_mode == "colocate" and p.gpu_memory_utilization is None:
+        bad("gpu_memory_utilization", "colocated vLLM needs the fraction of each GPU it may reserve",
+            "set it, e.g. 0.3")
+    if not isinstance(p.vllm_tensor_parallel_size, int) or p.vllm_tensor_parallel_size < 1:
+        bad("vllm_tensor_parallel_size", "must be a whole number >= 1", "use 1, 2, 4 or 8")
+    if p.vllm_mode == "colocate" and num_processes % p.vllm_tensor_parallel_size:
+        bad("vllm_tensor_parallel_size", f"colocated engines split the {num_processes} training processes "
+            "into tensor-parallel groups, so it must divide the process count",
+            f"use a divisor of {num_processes}")
+    if not 0 < p.vllm_server_port < 65536:
+        bad("vllm_server_port", "is not a TCP port", "use e.g. 8000 (and the same --port for trl vllm-serve)")
+
+
+def _check_runtime(p: Preset, runtime: Runtime) -> None:
+    """What this machine can run."""
+    bad = functools.partial(_refuse, p)
+    if p.backend == "trl-vllm" and not runtime.has_gpu:
+        raise PresetError(
+            f"preset {p.name!r} needs NVIDIA GPUs (TRL + vLLM, bf16) and this machine has none. Fix: run it on "
+            "a multi-GPU machine with accelerate launch (docs/scale-out.md); on a CPU machine use --preset cpu."
+        )
+    if p.backend == "unsloth" and not runtime.has_gpu:
+        raise PresetError(
+            f"preset {p.name!r} needs an NVIDIA GPU (Unsloth + vLLM) and this machine has none. Fix: on Colab "
+            "choose Runtime > Change runtime type > T4 GPU; on a CPU machine use --preset cpu."
+        )
+    if p.optim.endswith("8bit") and not runtime.has_gpu:
+        bad("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on CPU")
 
 
 # Where each Preset field takes effect. Every field is also written to the run's config.json.
@@ -383,12 +405,12 @@ GRPO_CONFIG_FIELDS = ("learning_rate", "weight_decay", "warmup_steps", "lr_sched
 MODEL_FIELDS = ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
                 "lora_rank", "lora_alpha", "lora_target_modules", "gradient_checkpointing")  # helpers.model's loaders
 DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked_example",
-               "max_prompt_length", "eval_max_new_tokens")  # helpers.train.load_data / helpers.evaluation
+               "max_prompt_length", "eval_max_new_tokens")  # helpers.run.pipeline.load_data / helpers.evaluation
 VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
                "vllm_tensor_parallel_size")  # trl-vllm backend only: GRPOConfig's vllm_* arguments
 LAUNCH_FIELDS = ("accelerate_config", "num_processes", "train_gpus",
                  "vllm_server_gpus")  # docs/scale-out.md's launch commands: config.json, read by no step
-CPU_FIELDS = ("cpu_bf16_sampling",)  # cpu backend only: helpers.train.connect -> helpers.cpu_compat
+CPU_FIELDS = ("cpu_bf16_sampling",)  # cpu backend only: helpers.run.trl_patches.install_trainer_patches
 RECORD_FIELDS = ("name", "description")  # bookkeeping: config.json only
 
 

@@ -77,7 +77,7 @@ class Lesson:
 
 
 # docs/colab.md explains the choice. The GPU path (load, rewards, train, evaluate, save) runs top to bottom in one
-# T4 runtime inside 05 (helpers.train.run); 06 reads that run folder from Drive or a staged adapter.
+# T4 runtime inside 05 (helpers.run.pipeline); 06 reads that run folder from Drive or a staged adapter.
 LESSONS = {
     "01_setup": Lesson(False, "checks whatever runtime it is on; no model is trained"),
     "02_load_model": Lesson(True, "loads Qwen2.5-1.5B in 4 bits through Unsloth and vLLM and reads the GPU memory"),
@@ -301,26 +301,6 @@ class Kit:
         return self.preset.backend == "unsloth"
 
 
-def import_unsloth_first() -> None:
-    """GPU path: import Unsloth before anything imports TRL/transformers, so its patches apply."""
-    from helpers.model import import_unsloth
-
-    import_unsloth()
-
-
-def need_free_gb(preset, runtime) -> float:
-    """Free GPU memory to ask for before loading: the predicted peak (helpers.memory, as helpers.train does).
-
-    A model the memory table does not know (e.g. the cpu preset's embedded one, or your own) has no prediction:
-    then the t4 preset's 7 GB budget. Any other error is a bug and is raised."""
-    from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
-
-    try:
-        return float(estimate(preset, gpu=runtime.total_gpu_gb, budget_gb=None).peak_gb)
-    except MemoryModelError:
-        return T4_BUDGET_GB
-
-
 def resolve_preset_name(preset_name: str | None, runtime) -> str:
     """None means automatic: 't4' when a GPU is visible, 'cpu' otherwise."""
     if preset_name:
@@ -465,8 +445,9 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
     Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
     """
-    from helpers import runtime as rt
-    from helpers.config import get_preset, precision_flags, validate
+    from helpers import runtime as rt  # this module imports only the standard library until the install is done
+    from helpers.config import get_preset, precision_flags
+    from helpers.run import guard
 
     needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()
@@ -475,12 +456,9 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
         raise rt.RuntimeProblem(rt.NO_GPU_ON_COLAB)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     preset = get_preset(resolve_preset_name(preset_name, runtime), **overrides)
-    validate(preset, runtime)
+    # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads; Unsloth first.
+    warnings = guard.check_before_loading(preset, runtime)
     want_gpu = preset.backend == "unsloth"
-    # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads.
-    warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
-    if want_gpu:
-        import_unsloth_first()
     run_dir = Path(run_dir or DEFAULT_RUN_DIR)
     if drive:
         run_dir = drive_run_dir(run_dir, mount=mount)

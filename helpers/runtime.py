@@ -112,23 +112,18 @@ def configure_cuda_allocator(environ=None) -> bool:
     return True
 
 
-def start_gpu_process(preset_name: str | None) -> None:
-    """The first call of every GPU entry point (python -m helpers.train, the setup cell's prepare):
+def start_gpu_process(backend: str | None) -> None:
+    """The first call of every GPU entry point (python -m helpers.train, the guard before any model loads):
     allocator settings before CUDA starts, then Unsloth before transformers/TRL are imported, so its patches apply.
 
-    Does nothing for a CPU preset, and imports nothing when Unsloth is not installed (the runtime check says so).
+    backend: the preset's (helpers.config.Preset.backend). Does nothing for the cpu backend, and imports nothing when
+    Unsloth is not installed (the runtime check says so).
     """
-    from helpers.config import PresetError, get_preset
-
-    try:
-        backend = get_preset(preset_name).backend if preset_name else None
-    except PresetError:
-        return  # the caller reports the bad preset name with its fix
-    if backend == "cpu":
+    if backend in (None, "cpu"):
         return
     configure_cuda_allocator()
     if backend == "unsloth" and _installed("unsloth"):
-        from helpers.model import import_unsloth
+        from helpers.model import import_unsloth  # the GPU stack: loaded only on this path
 
         import_unsloth()
 

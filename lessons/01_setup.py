@@ -187,5 +187,5 @@ result
 # ## Exercises
 #
 # 1. Set `PRESET = "t4"` on a machine without a GPU and run the setup cell again. Which guard stops you, and what does it tell you to do?
-# 2. In `course.show_guards()` output, find the free memory the T4 guard asks for. Where does that number come from (hint: `helpers.notebook_setup.need_free_gb`)?
+# 2. In `course.show_guards()` output, find the free memory the T4 guard asks for. Where does that number come from (hint: `helpers.run.guard.need_free_gb`)?
 # 3. Change `MAX_STEPS = 5` and rerun the setup cell: where does the override show up?

@@ -3,7 +3,7 @@
 #
 # # 05 · GRPO training within 7 GB
 #
-# Now we train, with the calls a GRPO project is made of: TRL's `GRPOConfig(...)` written out from the preset, `GRPOTrainer(...)` with the rewards from 04, and `trainer.train()`. Around them, the same named steps `python -m helpers.train` runs (`helpers.train.prepare`, `load_model`, `load_data`, `evaluate_before`, `finish`), so the notebook and the command line cannot drift. You watch it live on a dashboard, and a session that dies (a Colab disconnect) is resumed from its last checkpoint by running the cells again.
+# Now we train, with the calls a GRPO project is made of: TRL's `GRPOConfig(...)` written out from the preset, `GRPOTrainer(...)` with the rewards from 04, and `trainer.train()`. Around them, the same named steps `python -m helpers.train` runs (`helpers.run.pipeline`: `start`, `load_model`, `load_data`, `evaluate_before`, `finish`), so the notebook and the command line cannot drift. You watch it live on a dashboard, and a session that dies (a Colab disconnect) is resumed from its last checkpoint by running the cells again.
 #
 # ## Learning objectives
 #
@@ -63,17 +63,17 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # optimizer, gradient checkpointing, and no reference model (`beta=0`).
 
 # %%
-from helpers import train
+from helpers.run import pipeline
 from helpers.teaching import course
 from helpers.run.metrics import read_metrics
 
 course.print_preset(kit.preset)
 
 # %% [markdown]
-# ## Step 1: prepare the run, load the model and the data
+# ## Step 1: start the run, load the model and the data
 #
 # These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
-# `prepare` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
+# `start` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
 # refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02; `load_data` drops prompts longer
 # than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
 #
@@ -84,11 +84,11 @@ from helpers.rewards import DEFAULT_REWARDS
 
 reward_funcs = list(DEFAULT_REWARDS) + (course.load_rewards(kit.run_dir) if USE_MY_REWARDS else [])
 # (with USE_DRIVE = True the whole run folder, checkpoints included, is on Google Drive: the setup cell moved RUN_DIR)
-options = train.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP)
-run = train.prepare(kit.preset, options, reward_funcs)  # validates, plans RUN_DIR, writes config.json
-model, tokenizer = train.load_model(run)                # 02's from_pretrained + get_peft_model
-train_dataset, heldout = train.load_data(run)           # 03's questions, long prompts dropped
-before = train.evaluate_before(run, heldout)            # greedy accuracy before training
+options = pipeline.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP)
+state = pipeline.start(kit.preset, options, reward_funcs, kit.runtime)  # checks, plans RUN_DIR, config.json
+model, tokenizer = pipeline.load_model(state)                # 02's from_pretrained + get_peft_model
+train_dataset, heldout = pipeline.load_data(state)           # 03's questions, long prompts dropped
+before = pipeline.evaluate_before(state, heldout)            # greedy accuracy before training
 
 # %% [markdown]
 # ## Step 2: the GRPOConfig, written out
@@ -105,7 +105,7 @@ p = kit.preset
 on_gpu = p.backend == "unsloth"                  # Unsloth + vLLM on a GPU; transformers + peft on a CPU
 bf16_ok = on_gpu and kit.runtime.bf16_supported  # Ampere or newer
 config = GRPOConfig(
-    output_dir=str(run.plan.checkpoint_dir),     # checkpoint-N/ folders go here
+    output_dir=str(state.folder.checkpoint_dir),     # checkpoint-N/ folders go here
     # --- the group GRPO compares
     num_generations=p.num_generations,           # completions sampled per prompt
     per_device_train_batch_size=p.per_device_train_batch_size,  # completions (not prompts) per step
@@ -133,15 +133,15 @@ config = GRPOConfig(
     gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
     # --- logging and checkpoints
     logging_steps=p.logging_steps,
-    save_strategy="steps" if run.save_steps else "no",
-    save_steps=run.save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
+    save_strategy="steps" if state.save_steps else "no",
+    save_steps=state.save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
     save_only_model=False,                       # keep optimizer and scheduler state: resumable
     report_to="none",
     log_completions=False,
     disable_tqdm=False,
     dataloader_num_workers=0,
 )
-train.check_config(run, config)  # raises, naming the field, if this differs from the preset's config
+pipeline.check_config(state, config)  # raises, naming the field, if this differs from the preset's config
 why = course.describe_config(kit, config)
 
 # %% [markdown]
@@ -194,20 +194,23 @@ result
 # `GRPOTrainer` takes the model, the tokenizer, the reward functions, the config and the dataset. For every prompt
 # it samples `num_generations` completions, calls every reward function on them (each gets the dataset's other
 # columns, here `answer`, as keyword arguments), sums the rewards, turns them into group-relative advantages (04)
-# and takes a policy-gradient step. The kit's extras are ordinary TRL callbacks (`helpers.train.kit_callbacks`):
+# and takes a policy-gradient step. The kit's extras are ordinary TRL callbacks (`helpers.run.pipeline.kit_callbacks`):
 # the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
 
 # %%
 from trl import GRPOTrainer
 
-train.patch_for_backend(run)  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
+from helpers.run.trl_patches import patch_trl_for_cpu
+
+if not on_gpu:
+    patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
 trainer = GRPOTrainer(
     model=model,                         # the LoRA model: only the adapter trains
     processing_class=tokenizer,          # tokenizes prompts, decodes completions
     reward_funcs=reward_funcs,           # f(prompts, completions, answer=..., **kw) -> list[float], summed
     args=config,
     train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
-    callbacks=train.kit_callbacks(run),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
+    callbacks=pipeline.kit_callbacks(state),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
 )
 print("reward functions:", [f.__name__ for f in reward_funcs])
 print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
@@ -224,25 +227,25 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # `KEEP` stay. If the session dies, **run this cell again with the same `RUN_DIR`**: the run resumes from its last
 # complete checkpoint (a half-written one is set aside, never loaded). On Colab a disconnect wipes the disk, so set
 # `USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is never
-# retrained silently: `prepare` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which says what it
+# retrained silently: `start` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which says what it
 # replaces).
 #
-# After training, `helpers.train.finish` saves the adapter, evaluates the same held-out questions again, and writes
+# After training, `helpers.run.pipeline.finish` saves the adapter, evaluates the same held-out questions again, and writes
 # the plots and `summary.json`.
 
 # %%
 from helpers.memory.oom_doctor import oom_advice
 
-train.connect(trainer, kit.preset)  # the dashboard gets the trainer; CPU: the speed-ups
-with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=run.gpu):  # an OOM prints the cheapest fixes
-    trainer.train(resume_from_checkpoint=train.resume_checkpoint(run))  # None: a fresh start
-summary = train.finish(run, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
+pipeline.prepare_trainer(trainer, kit.preset)  # the dashboard gets the trainer; the kit's TRL patches go in
+with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=state.gpu):  # an OOM prints the cheapest fixes
+    trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
+summary = pipeline.finish(state, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
 print(summary)
 
 # %%
 from helpers.run.checkpoints import list_checkpoints
 
-ckpt_root = run.plan.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
+ckpt_root = state.folder.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
 kept = list_checkpoints(ckpt_root)
 print(f"checkpoints in {ckpt_root}: " + (", ".join(f"{c.path.name} ({'complete' if c.complete else 'incomplete'})" for c in kept) or "none"))
 print("interrupted? run the training cell again with the same RUN_DIR: it resumes from the newest complete one.")
@@ -422,12 +425,12 @@ from helpers.run.metrics import read_metrics
 def short_run(beta: float, steps: int) -> list[dict]:
     """Train `steps` GRPO steps with this beta in RUN_DIR/beta-<beta>; return its metrics.jsonl rows."""
     preset = kit.preset.with_overrides(beta=beta, max_steps=steps)
-    options = train.RunOptions(run_dir=kit.run_dir / f"beta-{beta}", overwrite=True, save_steps=0, dashboard="off")
-    run = train.prepare(preset, options, reward_funcs)
-    train.load_model(run)
-    dataset, _ = train.load_data(run)
-    train.train(run, train.build_trainer(run, dataset))
-    return [r for r in read_metrics(run.run_dir / "metrics.jsonl") if "reward" in r]
+    options = pipeline.RunOptions(run_dir=kit.run_dir / f"beta-{beta}", overwrite=True, save_steps=0, dashboard="off")
+    state = pipeline.start(preset, options, reward_funcs)
+    pipeline.load_model(state)
+    dataset, _ = pipeline.load_data(state)
+    pipeline.train(state, pipeline.build_trainer(state, dataset))
+    return [r for r in read_metrics(state.run_dir / "metrics.jsonl") if "reward" in r]
 
 
 steps = min(BETA_EXPERIMENT_STEPS, kit.preset.max_steps)

@@ -5,7 +5,7 @@
     python scripts/benchmark_cpu.py --variant 'import torch; torch.set_num_threads(1)'   # this checkout, +/- a tweak
 
 Each run is the kit's own main job (python -m helpers.train --preset cpu ...) in a fresh run folder, with
-helpers/step_timing.StepTimer attached from THIS checkout (so an older checkout without it is timed the same way).
+helpers/run/step_timing.StepTimer attached from THIS checkout (so an older checkout without it is timed the same way).
 It prints seconds per step, generation tokens per second and each phase's share of the step time, and, when
 comparing, the ratio B/A of the medians. CPU machines of the same kind differ in speed by up to ~3.5x, and a
 shared machine's load changes minute to minute: only ratios taken in one sitting, runs alternating, mean much.
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_TIMING = ROOT / "helpers" / "step_timing.py"
+STEP_TIMING = ROOT / "helpers" / "run" / "step_timing.py"
 
 # Runs in the child process (cwd = the checkout being timed): attach the StepTimer from this checkout to every
 # GRPOTrainer the main job builds, run an optional setup snippet (first: it may set environment variables that
@@ -67,7 +67,7 @@ def parse_args(argv=None):
 def run_once(checkout: Path, steps: int, eval_size: int, extra: list[str], setup: str = "") -> dict:
     """One main-job run in `checkout`; its summary.json, metrics rows and the time sums of those rows."""
     sys.path.insert(0, str(ROOT))
-    from helpers.step_timing import summarize_step_times
+    from helpers.run.step_timing import summarize_step_times
 
     with tempfile.TemporaryDirectory(prefix="grpo-cpu-bench-") as tmp:
         run_dir = Path(tmp) / "run"

@@ -244,7 +244,7 @@ def run_kit(args) -> dict:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
     from helpers import runtime as rt
 
-    rt.start_gpu_process(preset.name)  # allocator settings, then Unsloth before transformers/TRL: as helpers.train
+    rt.start_gpu_process(preset.backend)  # allocator settings, then Unsloth before transformers/TRL: as helpers.train
     import torch
 
     if not torch.cuda.is_available():
@@ -376,10 +376,10 @@ def settings_key(preset) -> str:
 def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
     """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
     optimizer step) and time it; returns the list the step times are appended to. Which TRL method is a step's
-    generation phase is named once, in helpers/step_timing.py."""
+    generation phase is named once, in helpers/run/step_timing.py."""
     from transformers import TrainerCallback
 
-    from helpers.step_timing import GENERATE_AND_SCORE_METHOD
+    from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD
 
     times: list[float] = []
     original = getattr(trainer, GENERATE_AND_SCORE_METHOD)

@@ -8,6 +8,8 @@ import torch
 from safetensors.torch import save_file
 
 from helpers import train
+from helpers.run import pipeline
+from helpers.run.folder import RunDirError, plan_run_folder
 from helpers.run import checkpoints as ck
 
 
@@ -134,7 +136,7 @@ def _unfinished(tmp_path, steps=(1, 2)):
 
 def test_unfinished_run_is_resumed_from_latest_complete(tmp_path, capsys):
     run = _unfinished(tmp_path)
-    plan = train.plan_run(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=5))  # more steps: allowed
+    plan = plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=5))  # more steps: allowed
     assert plan.resume_from.step == 2 and plan.continuing
     out = capsys.readouterr().out
     assert "resuming from step 2" in out
@@ -143,34 +145,34 @@ def test_unfinished_run_is_resumed_from_latest_complete(tmp_path, capsys):
 
 def test_unfinished_run_without_checkpoint_restarts_from_zero(tmp_path, capsys):
     run = _unfinished(tmp_path, steps=())
-    plan = train.plan_run(run, "cpu", overwrite=False, config=CONFIG)
+    plan = plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
     assert plan.resume_from is None and plan.continuing
     assert "from step 0" in capsys.readouterr().out and (run / "metrics.jsonl").read_text() == ""
 
 
 def test_resume_refusals(tmp_path):
     run = _unfinished(tmp_path)
-    with pytest.raises(train.RunDirError, match="--no-resume"):
-        train.plan_run(run, "cpu", overwrite=False, resume=False, config=CONFIG)
-    with pytest.raises(train.RunDirError, match="learning_rate"):
-        train.plan_run(run, "cpu", overwrite=False, config=dict(CONFIG, learning_rate=1e-3))
-    with pytest.raises(train.RunDirError, match="no run to resume"):
-        train.plan_run(tmp_path / "empty", "cpu", overwrite=False, resume=True, config=CONFIG)
+    with pytest.raises(RunDirError, match="--no-resume"):
+        plan_run_folder(run, "cpu", overwrite=False, resume=False, config=CONFIG)
+    with pytest.raises(RunDirError, match="learning_rate"):
+        plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, learning_rate=1e-3))
+    with pytest.raises(RunDirError, match="no run to resume"):
+        plan_run_folder(tmp_path / "empty", "cpu", overwrite=False, resume=True, config=CONFIG)
     stranger = tmp_path / "stranger"
     stranger.mkdir()
     (stranger / "metrics.jsonl").write_text("mine")
-    with pytest.raises(train.RunDirError, match="no config.json"):
-        train.plan_run(stranger, "cpu", overwrite=False, config=CONFIG)
+    with pytest.raises(RunDirError, match="no config.json"):
+        plan_run_folder(stranger, "cpu", overwrite=False, config=CONFIG)
     assert (stranger / "metrics.jsonl").read_text() == "mine"
     (run / "summary.json").write_text("{}")
-    with pytest.raises(train.RunDirError, match="finished run"):
-        train.plan_run(run, "cpu", overwrite=False, config=CONFIG)
+    with pytest.raises(RunDirError, match="finished run"):
+        plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
     assert len(ck.list_checkpoints(run / "trainer")) == 2  # nothing touched
 
 
 def test_overwrite_says_what_it_replaces(tmp_path, capsys):
     run = _unfinished(tmp_path)
-    plan = train.plan_run(run, "cpu", overwrite=True, config=CONFIG)
+    plan = plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)
     assert plan.resume_from is None and not plan.continuing
     out = capsys.readouterr().out
     assert "--overwrite: replacing" in out and "2 checkpoint(s)" in out
@@ -185,13 +187,13 @@ def test_save_steps_reach_the_grpo_config():
     assert kw["save_strategy"] == "steps" and kw["save_steps"] == 5 and kw["save_only_model"] is False
     assert grpo_config_kwargs(get_preset("cpu"), Runtime(on_colab=False))["save_strategy"] == "no"
     # about five checkpoints per run, at most 25 steps apart
-    assert train.default_save_steps(get_preset("cpu", max_steps=30)) == 6
-    assert train.default_save_steps(get_preset("cpu", max_steps=40)) == 8
-    assert train.default_save_steps(get_preset("t4")) == 25  # 250 steps: capped
+    assert pipeline.default_save_steps(get_preset("cpu", max_steps=30)) == 6
+    assert pipeline.default_save_steps(get_preset("cpu", max_steps=40)) == 8
+    assert pipeline.default_save_steps(get_preset("t4")) == 25  # 250 steps: capped
     # num_iterations > 1: checkpoints fall where a sampled batch has been used up (TRL does not save the batch)
-    assert train.default_save_steps(get_preset("cpu", max_steps=35, num_iterations=2)) == 6
-    assert train.default_save_steps(get_preset("cpu", max_steps=5, num_iterations=3)) == 3
-    assert train.default_save_steps(get_preset("t4", num_iterations=2)) == 24
+    assert pipeline.default_save_steps(get_preset("cpu", max_steps=35, num_iterations=2)) == 6
+    assert pipeline.default_save_steps(get_preset("cpu", max_steps=5, num_iterations=3)) == 3
+    assert pipeline.default_save_steps(get_preset("t4", num_iterations=2)) == 24
     args = train.parse_args(["--save-steps", "3", "--keep", "4", "--no-resume"])
     assert args.save_steps == 3 and args.keep == 4 and args.resume is False
     assert train.parse_args([]).resume is None
@@ -208,10 +210,10 @@ def test_a_run_started_before_a_kit_update_resumes(tmp_path):
                      if k not in ("accelerate_config", "num_processes", "train_gpus", "vllm_server_gpus")}
     run = _unfinished(tmp_path, steps=())
     (run / "config.json").write_text(json.dumps({**before_update, "extra": {}}))
-    assert train.plan_run(run, "cpu", overwrite=False, config=now).continuing
+    assert plan_run_folder(run, "cpu", overwrite=False, config=now).continuing
     (run / "config.json").write_text(json.dumps({**before_update, "extra": {"note": "mine"}}))
-    with pytest.raises(train.RunDirError, match="extra"):  # a setting that is gone but held something: refused
-        train.plan_run(run, "cpu", overwrite=False, config=now)
+    with pytest.raises(RunDirError, match="extra"):  # a setting that is gone but held something: refused
+        plan_run_folder(run, "cpu", overwrite=False, config=now)
     (run / "config.json").write_text(json.dumps(before_update))
-    with pytest.raises(train.RunDirError, match="num_processes"):  # a new field set away from its default
-        train.plan_run(run, "cpu", overwrite=False, config={**now, "num_processes": 2})
+    with pytest.raises(RunDirError, match="num_processes"):  # a new field set away from its default
+        plan_run_folder(run, "cpu", overwrite=False, config={**now, "num_processes": 2})

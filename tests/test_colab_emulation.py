@@ -268,11 +268,11 @@ def test_use_drive_puts_the_whole_run_folder_on_drive(colab, monkeypatch):
     drive_runs = colab.content / "drive" / "MyDrive" / "grpo-kit" / "runs"
     assert colab.mounts == [str(colab.content / "drive")]
     assert kit.run_dir == drive_runs / "course" and kit.run_dir.is_dir()
-    from helpers import train
+    from helpers.run import pipeline
     from helpers.teaching import course
 
     seen = {}
-    monkeypatch.setattr(train, "run_all", lambda preset, options, reward_funcs=None: seen.update(options=options) or {})
+    monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.update(options=options) or {})
     course.train_run(kit)
     assert seen["options"].run_dir == drive_runs / "course", "training writes the run folder (adapter included) on Drive"
 

@@ -1,6 +1,8 @@
 import torch
 
-from helpers.cpu_compat import TorchChunkedLogProb, patch_trl_for_cpu
+from helpers.cpu_compat import TorchChunkedLogProb
+from helpers.run import trl_patches
+from helpers.run.trl_patches import patch_trl_for_cpu
 
 
 def test_stand_in_matches_full_log_softmax_and_its_gradient():
@@ -36,12 +38,8 @@ import types  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers.cpu_compat import (  # noqa: E402
-    Bf16Sampler,
-    prompt_group_size,
-    shared_prompt_logps,
-    speed_up_grpo_on_cpu,
-)
+from helpers.cpu_compat import Bf16Sampler, prompt_group_size, shared_prompt_logps  # noqa: E402
+from helpers.run.trl_patches import speed_up_grpo_on_cpu  # noqa: E402
 from helpers.model import generate_shared_prefix, merged_lora  # noqa: E402
 
 TEMPERATURE = 0.7
@@ -260,8 +258,8 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, b
             assert sampling_model.base_model.model.model.layers[0].self_attn.q_proj.merged
         return real_generate(sampling_model, *args, **kwargs)
 
-    monkeypatch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
-    monkeypatch.setattr(kit_model, "generate_shared_prefix", spy_generate)
+    monkeypatch.setattr(trl_patches, "shared_prompt_logps", spy_logps)
+    monkeypatch.setattr(trl_patches, "generate_shared_prefix", spy_generate)
 
     speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
     trainer.train()
@@ -289,9 +287,9 @@ def _two_steps_on_one_batch(tmp_path, from_first_pass: bool):
         return real_generate(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cpu_compat, "shared_prompt_logps", spy_logps)
-        patch.setattr(kit_model, "generate_shared_prefix", spy_generate)
-        patch.setattr(cpu_compat, "old_logps_from_first_pass", lambda trainer: from_first_pass)
+        patch.setattr(trl_patches, "shared_prompt_logps", spy_logps)
+        patch.setattr(trl_patches, "generate_shared_prefix", spy_generate)
+        patch.setattr(trl_patches, "old_logps_from_first_pass", lambda trainer: from_first_pass)
         return _train_two_steps(tmp_path, calls)
 
 
@@ -327,7 +325,7 @@ def test_two_iterations_per_batch_take_the_old_logps_from_the_first_loss_pass(tm
 
 
 def test_old_logps_come_from_the_first_pass_only_where_that_is_exact():
-    from helpers.cpu_compat import old_logps_from_first_pass
+    from helpers.run.trl_patches import old_logps_from_first_pass
 
     one_slice = types.SimpleNamespace(steps_per_generation=1, gradient_accumulation_steps=1)
     assert old_logps_from_first_pass(types.SimpleNamespace(num_iterations=2, args=one_slice))
@@ -338,15 +336,14 @@ def test_old_logps_come_from_the_first_pass_only_where_that_is_exact():
 
 
 @pytest.mark.parametrize("asked,native,sampler", [(False, True, False), (True, True, True), (True, False, False)])
-def test_connect_samples_in_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
+def test_prepare_trainer_samples_in_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
                                                                              asked, native, sampler):
-    import helpers.cpu_compat as cpu_compat
-    from helpers import train
     from helpers.config import get_preset
+    from helpers.run import pipeline
 
-    monkeypatch.setattr(cpu_compat, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(trl_patches, "cpu_has_native_bf16", lambda: native)
     trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2, lambda completions, **kw: [0.0] * len(completions))
-    train.connect(trainer, get_preset("cpu", cpu_bf16_sampling=asked))
+    pipeline.prepare_trainer(trainer, get_preset("cpu", cpu_bf16_sampling=asked))
     assert trainer._kit_cpu_speedups
     assert isinstance(trainer._kit_sampler, Bf16Sampler) if sampler else trainer._kit_sampler is None
     assert ("no native bf16" in capsys.readouterr().out) == (asked and not native)

@@ -37,3 +37,39 @@ def test_package_docstring_names_every_helpers_file():
         elif m := re.match(r"^    (\w+\.py)\s", line):
             named.add(folder + m.group(1) if folder else m.group(1))
     assert named == FILES, f"helpers/__init__.py docstring: missing {sorted(FILES - named)}, stale {sorted(named - FILES)}"
+
+
+def _helpers_imports() -> dict[str, set[str]]:
+    """helpers module -> the helpers modules it imports, at the top or inside a function."""
+    modules = {}
+    for path in (ROOT / "helpers").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def test_no_import_cycle_among_helpers_modules():
+    graph = _helpers_imports()
+    assert graph["helpers.train"] and graph["helpers.run.pipeline"]  # the walk sees imports
+
+    def path_back(start, node, seen):
+        for nxt in graph[node]:
+            if nxt == start:
+                return [node, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                if rest := path_back(start, nxt, seen):
+                    return [node, *rest]
+        return None
+
+    cycles = [" -> ".join(c) for m in sorted(graph) if (c := path_back(m, m, {m}))]
+    assert not cycles, f"import cycles: {cycles}"

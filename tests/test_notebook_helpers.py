@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import notebook_setup, train
+from helpers import notebook_setup
+from helpers.run import pipeline
 from helpers.teaching import course, reward_lab
 from helpers.runtime import RuntimeProblem, fake_runtime
 from helpers.config import PresetError
@@ -146,7 +147,7 @@ def _tiny_kit(tmp_path):
 
 def test_train_run_resumes_by_default_and_overwrites_only_when_asked(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(train, "run_all", lambda preset, options, reward_funcs=None: seen.append(
+    monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.append(
         (preset, options, reward_funcs)) or {"steps": 2})
     kit = _tiny_kit(tmp_path)
     course.train_run(kit, save_steps=1, keep=3, checkpoint_dir=tmp_path / "ck", dashboard="headless", beta=0.04)
@@ -160,7 +161,7 @@ def test_train_run_resumes_by_default_and_overwrites_only_when_asked(tmp_path, m
 
 
 def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train, "run_all", lambda *a, **k: pytest.fail("a finished run must not be retrained"))
+    monkeypatch.setattr(pipeline, "run_all", lambda *a, **k: pytest.fail("a finished run must not be retrained"))
     (tmp_path / "summary.json").write_text('{"steps": 2}')
     assert course.train_run(_tiny_kit(tmp_path)) == {"steps": 2}
     assert "already holds a finished run" in capsys.readouterr().out
@@ -200,23 +201,3 @@ def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
     with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
         notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
-
-
-def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypatch):
-    """The guard's free-memory figure: the predicted peak; the 7 GB budget only when the memory table lacks the
-    model; any other error (a bug in the prediction) is raised, not hidden behind the budget."""
-    from helpers import memory
-    from helpers.config import get_preset
-
-    t4, card = get_preset("t4"), fake_runtime("t4")
-    assert notebook_setup.need_free_gb(t4, card) == pytest.approx(memory.estimate(t4, gpu=card.total_gpu_gb,
-                                                                                   budget_gb=None).peak_gb)
-    unknown = t4.with_overrides(model_name="someone/unknown-model")
-    assert notebook_setup.need_free_gb(unknown, card) == memory.T4_BUDGET_GB
-
-    def broken(*args, **kwargs):
-        raise ZeroDivisionError("a bug in the memory model")
-
-    monkeypatch.setattr(memory, "estimate", broken)
-    with pytest.raises(ZeroDivisionError):
-        notebook_setup.need_free_gb(t4, card)

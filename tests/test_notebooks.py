@@ -167,8 +167,8 @@ REAL_API = {
                       "AutoModelForCausalLM.from_pretrained("),
     "04_rewards": ("def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs)", "answers_match(",
                    "def my_strict_format_reward(", "course.compare_rewards(", "course.save_rewards(["),
-    "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "train.kit_callbacks(run)",
-                 "course.load_rewards(", "train.prepare(", "train.finish("),
+    "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "pipeline.kit_callbacks(state)",
+                 "course.load_rewards(", "pipeline.start(", "pipeline.finish("),
     "06_evaluate_and_save": ("model.fast_generate(", "lora_request=model.load_lora(", "model.save_lora(",
                              "model.save_pretrained(", "sharing.export_merged(", "course.push_to_hub("),
 }
@@ -204,7 +204,7 @@ def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
         assert kit_keys <= written, f"05's GRPOConfig(...) leaves out {kit_keys - written} ({preset})"
     assert _keywords(code, "GRPOTrainer") == {"model", "processing_class", "reward_funcs", "args", "train_dataset",
                                               "callbacks"}
-    assert "train.check_config(run, config)" in code  # the written-out config cannot drift from the preset
+    assert "pipeline.check_config(state, config)" in code  # the written-out config cannot drift from the preset
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))

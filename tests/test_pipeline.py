@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import notebook_setup, train
+from helpers.run import pipeline
 from helpers.cli import flag_of
 from helpers.model import peft_lora_kwargs
 from helpers.config import (CPU_FIELDS, DATA_FIELDS, GRPO_CONFIG_FIELDS, LAUNCH_FIELDS, MODEL_FIELDS,
@@ -82,7 +83,7 @@ def _check_reached(run, name, value):
     assert saved[name] == as_json, f"{name} is not in config.json"
     assert getattr(run.preset, name) == value
     if name in GRPO_CONFIG_FIELDS or name == "gradient_checkpointing":
-        assert getattr(train.grpo_config(run), name) == value, f"{name} did not reach GRPOConfig"
+        assert getattr(pipeline.grpo_config(run), name) == value, f"{name} did not reach GRPOConfig"
     if name in ("lora_rank", "lora_alpha", "lora_target_modules"):
         key = {"lora_rank": "r", "lora_target_modules": "target_modules"}.get(name, name)
         got = peft_lora_kwargs(run.preset)[key]
@@ -111,10 +112,10 @@ def test_each_field_through_the_command_line(name, tmp_path):
     preset = get_preset(args.preset, **train.overrides_from(args))
     if refusal:
         with pytest.raises(Exception, match=refusal) as err:
-            train.prepare(preset, train.options_from(args))
+            pipeline.start(preset, train.options_from(args))
         assert "Fix" in str(err.value) and not (tmp_path / "r").exists()  # refused before anything was written
         return
-    _check_reached(train.prepare(preset, train.options_from(args)), name, value)
+    _check_reached(pipeline.start(preset, train.options_from(args)), name, value)
 
 
 @pytest.mark.parametrize("name", sorted(CHANGES))
@@ -125,14 +126,14 @@ def test_each_field_through_the_notebook_path(name, tmp_path):
             notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, **{name: value})
         return
     kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, **{name: value})
-    _check_reached(train.prepare(kit.preset, train.RunOptions(run_dir=kit.run_dir)), name, value)
+    _check_reached(pipeline.start(kit.preset, pipeline.RunOptions(run_dir=kit.run_dir)), name, value)
 
 
 def test_the_issue_overrides_now_train_or_are_refused(tmp_path):
     # Before: beta, temperature, lora_rank and gpu_memory_utilization were printed, then silently dropped.
     kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, beta=0.04, temperature=0.5,
                                  lora_rank=32)
-    config = train.grpo_config(train.prepare(kit.preset, train.RunOptions(run_dir=tmp_path)))
+    config = pipeline.grpo_config(pipeline.start(kit.preset, pipeline.RunOptions(run_dir=tmp_path)))
     assert (config.beta, config.temperature) == (0.04, 0.5) and peft_lora_kwargs(kit.preset)["r"] == 32
     with pytest.raises(PresetError, match=r"gpu_memory_utilization=0.4 cannot apply.*Fix: leave it None"):
         notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, gpu_memory_utilization=0.4)
@@ -150,12 +151,12 @@ def test_a_hand_written_config_that_drifts_from_the_preset_is_refused(tmp_path):
 
     from helpers.config import grpo_config_kwargs
 
-    run = train.prepare(get_preset("cpu", max_steps=2), train.RunOptions(run_dir=tmp_path))
-    kwargs = grpo_config_kwargs(run.preset, run.runtime, output_dir=str(run.plan.checkpoint_dir),
+    run = pipeline.start(get_preset("cpu", max_steps=2), pipeline.RunOptions(run_dir=tmp_path))
+    kwargs = grpo_config_kwargs(run.preset, run.runtime, output_dir=str(run.folder.checkpoint_dir),
                                 save_steps=run.save_steps)
-    train.check_config(run, GRPOConfig(**kwargs))  # the same settings: accepted
+    pipeline.check_config(run, GRPOConfig(**kwargs))  # the same settings: accepted
     with pytest.raises(PresetError, match="beta: config has 0.1, the preset gives 0.0"):
-        train.check_config(run, GRPOConfig(**{**kwargs, "beta": 0.1}))
+        pipeline.check_config(run, GRPOConfig(**{**kwargs, "beta": 0.1}))
 
 
 def test_reward_functions_come_from_the_caller_or_the_command_line(tmp_path, monkeypatch):
@@ -164,26 +165,26 @@ def test_reward_functions_come_from_the_caller_or_the_command_line(tmp_path, mon
     def brevity_reward(prompts=None, completions=None, **kwargs):
         return [0.0 for _ in completions]
 
-    run = train.prepare(get_preset("cpu"), train.RunOptions(run_dir=tmp_path / "a"),
+    run = pipeline.start(get_preset("cpu"), pipeline.RunOptions(run_dir=tmp_path / "a"),
                         reward_funcs=[correctness_reward, brevity_reward])
     assert run.reward_funcs == [correctness_reward, brevity_reward]
     assert json.loads((tmp_path / "a" / "config.json").read_text())["reward_funcs"] == ["correctness_reward",
                                                                                       "brevity_reward"]
     args = train.parse_args(["--reward", "helpers.rewards:correctness_reward", "--reward",
                              "helpers.rewards:DEFAULT_REWARDS"])
-    assert train.resolve_rewards(train.options_from(args).rewards) == [correctness_reward, *DEFAULT_REWARDS]
-    assert train.resolve_rewards(()) == list(DEFAULT_REWARDS)
+    assert pipeline.resolve_rewards(train.options_from(args).rewards) == [correctness_reward, *DEFAULT_REWARDS]
+    assert pipeline.resolve_rewards(()) == list(DEFAULT_REWARDS)
     with pytest.raises(PresetError, match="expected module:name"):
-        train.resolve_rewards(["brevity"])
+        pipeline.resolve_rewards(["brevity"])
     with pytest.raises(PresetError, match="no attribute"):
-        train.resolve_rewards(["helpers.rewards:no_such_reward"])
+        pipeline.resolve_rewards(["helpers.rewards:no_such_reward"])
     with pytest.raises(PresetError, match="non-empty list of functions"):
-        train.prepare(get_preset("cpu"), train.RunOptions(run_dir=tmp_path / "b"), reward_funcs=[])
+        pipeline.start(get_preset("cpu"), pipeline.RunOptions(run_dir=tmp_path / "b"), reward_funcs=[])
 
 
 def test_the_command_line_runs_the_same_steps_as_the_notebook(monkeypatch, tmp_path):
     order = []
-    for step in ("prepare", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"):
-        monkeypatch.setattr(train, step, lambda *a, _s=step, **k: order.append(_s) or (None, None))
-    train.run(train.parse_args(["--run-dir", str(tmp_path)]))
-    assert order == ["prepare", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"]
+    for step in ("start", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"):
+        monkeypatch.setattr(pipeline, step, lambda *a, _s=step, **k: order.append(_s) or (None, None))
+    assert train.main(["--run-dir", str(tmp_path)]) == 0
+    assert order == ["start", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"]

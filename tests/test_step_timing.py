@@ -1,4 +1,4 @@
-"""helpers/step_timing.py on a real tiny GRPO run (through scripts/benchmark_cpu.py), and its sums."""
+"""helpers/run/step_timing.py on a real tiny GRPO run (through scripts/benchmark_cpu.py), and its sums."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.step_timing import PHASES, PREFIX, StepTimer, summarize_step_times
+from helpers.run.step_timing import PHASES, PREFIX, StepTimer, summarize_step_times
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--num-generations", "4", "--batch-size", "8", "--max-completion-length", "16", "--eval-max-new-tokens", "8"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import train
+from helpers.run.folder import RunDirError, plan_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,37 @@ def test_existing_run_is_never_overwritten_silently(tmp_path):
 def test_run_dir_that_is_a_file(tmp_path):
     f = tmp_path / "f"
     f.write_text("x")
-    with pytest.raises(train.RunDirError, match="is a file"):
-        train.plan_run(f, "cpu", overwrite=False)
+    with pytest.raises(RunDirError, match="is a file"):
+        plan_run_folder(f, "cpu", overwrite=False)
+
+
+def test_run_dir_that_cannot_be_created_is_refused_with_the_fix_before_any_model_loads(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for run_dir, reason in [(blocker / "run", "Not a directory"),         # a parent that is a file
+                            (Path("/proc/grpo-kit/run"), "No such file")]:  # a parent that cannot be created
+        r = _cli("--preset", "cpu", "--run-dir", str(run_dir))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert f"--run-dir {run_dir} cannot be created ({reason}" in r.stderr and "Fix: choose a folder" in r.stderr
+
+
+def test_run_dir_under_a_read_only_parent_is_refused(tmp_path, monkeypatch):
+    def read_only(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)  # root ignores chmod, so the refusal is simulated
+    with pytest.raises(RunDirError, match="is not writable. Fix: choose a folder you can write to"):
+        plan_run_folder(tmp_path / "locked" / "run", "cpu", overwrite=False)
+
+
+def test_checkpoint_dir_that_cannot_be_created_is_named(tmp_path):
+    from helpers.run.folder import RunFolder, write_config
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(RunDirError, match="--checkpoint-dir .* cannot be created"):
+        write_config(RunFolder(tmp_path / "run", blocker / "ckpts"), {"preset": "cpu"}, save_steps=5)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from helpers.cpu_compat import patch_trl_for_cpu
+from helpers.run.trl_patches import patch_trl_for_cpu
 from helpers.data import synthetic_problems
 from helpers.model import prepare_embedded_model
 from helpers.rewards import correctness_reward, soft_format_reward, strict_format_reward

@@ -5,7 +5,7 @@
 RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
 evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
 attach_trained_adapter.
-The training itself is helpers.train's named steps; the rewards playground is in helpers.teaching.reward_lab.
+The training itself is helpers.run.pipeline's named steps; the rewards playground is in helpers.teaching.reward_lab.
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ class RssSampler:
     """Samples this process's RSS every `interval` seconds in a background thread (a CPU stand-in for GPU memory).
 
         with RssSampler() as rss:
-            summary = train.run(args)
+            summary = pipeline.run_all(preset)
         rss.samples  # [(seconds since start, GB), ...]
     """
 
@@ -301,15 +301,15 @@ class RssSampler:
 
 def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
               checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
-    """Every step of helpers.train (helpers.train.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
+    """Every step of helpers.train (helpers.run.pipeline.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
     returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
-    complete checkpoint (helpers.train.plan_run), and a finished run is shown, not retrained. overwrite=True
+    complete checkpoint (helpers.run.folder.plan_run_folder), and a finished run is shown, not retrained. overwrite=True
     (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
-    are helpers.train.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
+    are helpers.run.pipeline.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
-    from helpers import train
+    from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
 
     target = Path(run_dir or kit.run_dir)
     if not overwrite and (target / "summary.json").is_file():
@@ -317,10 +317,10 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
               "again, choose another RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
         return json.loads((target / "summary.json").read_text())
     given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
-    options = train.RunOptions(run_dir=target, overwrite=overwrite,
+    options = pipeline.RunOptions(run_dir=target, overwrite=overwrite,
                                **{k: v for k, v in given.items() if v is not None})
     preset = kit.preset.with_overrides(**changes) if changes else kit.preset
-    return train.run_all(preset, options, reward_funcs=reward_funcs)
+    return pipeline.run_all(preset, options, reward_funcs=reward_funcs)
 
 
 def plot_training(rows: list[dict], path=None, rss_samples=None, title: str = "GRPO training"):
@@ -524,7 +524,7 @@ def run_files(run_dir) -> list[str]:
 def show_guards() -> None:
     """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
     from helpers import runtime as rt
-    from helpers.notebook_setup import need_free_gb
+    from helpers.run.guard import need_free_gb
     from helpers.config import get_preset, precision_flags
 
     t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)

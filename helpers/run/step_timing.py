@@ -91,7 +91,7 @@ class StepTimer:
         if original is None:
             raise AttributeError(
                 f"{type(obj).__name__} has no method {name}: the installed TRL/transformers is not the version "
-                "helpers/step_timing.py was written for (trl 1.15.0, transformers 5.17.0). Fix: install the "
+                "helpers/run/step_timing.py was written for (trl 1.15.0, transformers 5.17.0). Fix: install the "
                 "pinned versions from requirements-cpu.txt, or update TRAINER_PHASE_METHODS."
             )
         setattr(obj, name, functools.wraps(original)(make_wrapper(original)))

@@ -1,0 +1,38 @@
+"""How to run, as opposed to what to train (helpers.config.Preset): the run folder, checkpoints, resume, the
+dashboard. Kept apart from the pipeline so that `python -m helpers.train` can build its flags from these fields
+before anything imports transformers or TRL (on the GPU path Unsloth must be imported first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _opt(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class RunOptions:
+    """How to run (the Preset says what to train). Each field is also a flag of `python -m helpers.train`."""
+
+    run_dir: Path | None = _opt(None, "folder for results (default: runs/<preset>-<time>)")
+    overwrite: bool = _opt(False, "allow writing into a run folder that already has results")
+    save_steps: int | None = _opt(
+        None, "write a resumable checkpoint every N steps (0: none; default: about 5 per run, at most every 25)")
+    keep: int = _opt(2, "how many of the latest checkpoints to keep")
+    resume: bool | None = _opt(
+        None, "default (auto): an unfinished run in --run-dir is resumed from its latest complete checkpoint; "
+              "--resume insists on it, --no-resume refuses to continue one")
+    checkpoint_dir: Path | None = _opt(None, "where checkpoint-N/ go (default: <run-dir>/trainer)")
+    drive: bool = _opt(False, "Colab: keep checkpoints on Google Drive (mounts it)")
+    dashboard: str = _opt("auto", "live curves + latest completions + warnings: auto, notebook, headless (one line "
+                                  "per step, dashboard.png) or off")
+    pass_k_samples: int = _opt(0, "also estimate sampled pass@k with N samples per question before/after "
+                                  "(0: greedy only)")
+    rewards: tuple[str, ...] = _opt(
+        (), "reward functions as module:name (a function or a list of them), e.g. my_rewards:brevity_reward; "
+            "repeat the flag for several (default: helpers.rewards:DEFAULT_REWARDS)")
+
+
+DASHBOARD_MODES = ("auto", "notebook", "headless", "off")

@@ -1,0 +1,325 @@
+"""The run as named steps: `python -m helpers.train` calls run_all, notebook 05 calls the same steps cell by cell,
+so the two cannot drift:
+
+    state = start(preset, RunOptions(...), reward_funcs)   # the guard, the run folder planned, config.json written
+    model, tokenizer = load_model(state)                    # Unsloth + vLLM on GPU, embedded model + peft on CPU
+    train_dataset, heldout = load_data(state)               # filtered to max_prompt_length
+    before = evaluate_before(state, heldout)                # (reused from before.json when resuming)
+    trainer = GRPOTrainer(model=..., reward_funcs=state.reward_funcs, args=grpo_config(state),
+                          train_dataset=..., processing_class=..., callbacks=kit_callbacks(state))   # build_trainer
+    train(state, trainer)                                   # resumes from the latest complete checkpoint
+    summary = finish(state, trainer, heldout, before)       # adapter/, evaluation after, plots, summary.json
+
+Names: `RunState` is what the steps hand each other; `state.run_dir` is the run folder on disk (helpers.run.folder
+plans it); the package helpers.run is the run's wing as a whole.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helpers import data
+from helpers import runtime as rt
+from helpers.config import Preset, PresetError, build_grpo_config
+from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after, save_before, summary_of,
+                                write_eval, write_samples)
+from helpers.memory.monitor import MemoryMonitor
+from helpers.memory.oom_doctor import oom_advice
+from helpers.model import load, load_trl_vllm
+from helpers.rewards import DEFAULT_REWARDS
+from helpers.run.checkpoints import KeepLastCheckpoints, checkpoint_root
+from helpers.run.dashboard import TrainingDashboard
+from helpers.run.distributed import (ProcessInfo, on_main_then_share, process_info, rank_marker_callbacks,
+                                     save_adapter_once, zero3_active)
+from helpers.run.folder import RunFolder, checkpoints_inside, default_run_dir, plan_run_folder, write_config
+from helpers.run import guard
+from helpers.run.options import DASHBOARD_MODES, RunOptions
+from helpers.run.metrics import MetricsRecorder, plot_rewards, read_metrics
+from helpers.run.step_timing import summarize_step_times
+from helpers.run.trl_patches import install_trainer_patches
+from helpers.sharing import save_adapter
+
+
+def resolve_rewards(specs) -> list:
+    """Reward functions from 'module:name' strings (a function, or a list of functions); () -> the kit's defaults."""
+    if not specs:
+        return list(DEFAULT_REWARDS)
+    funcs = []
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise PresetError(f"--reward {spec!r}: expected module:name. Fix: e.g. --reward my_rewards:brevity_reward "
+                              "(my_rewards.py importable from the current folder)")
+        try:
+            value = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise PresetError(f"--reward {spec!r}: {err}. Fix: check the module is importable from the current "
+                              "folder and defines that name") from None
+        funcs.extend(value if isinstance(value, (list, tuple)) else [value])
+    return funcs
+
+
+def reward_names(reward_funcs) -> list[str]:
+    """The names TRL logs the rewards under (rewards/<name>/mean)."""
+    return [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
+
+
+def default_save_steps(preset) -> int:
+    """About five checkpoints per run, at most 25 steps apart, each at the end of a sampled batch: TRL does not
+    checkpoint the batch it is still reusing (num_iterations > 1), so a resumed run samples afresh there."""
+    every = preset.num_iterations
+    return max(every, min(25, preset.max_steps // 5) // every * every)
+
+
+def build_datasets(preset, tokenizer):
+    """(train Dataset, eval rows, number of prompts dropped for length)."""
+    train, heldout = data.training_questions(preset), data.heldout_questions(preset)
+    train, dropped = data.filter_long_prompts(train, tokenizer, preset.max_prompt_length)
+    if len(train) < preset.prompts_per_step:
+        raise PresetError(
+            f"only {len(train)} training prompts fit max_prompt_length={preset.max_prompt_length}. "
+            "Fix: raise max_prompt_length (and max_seq_length) in the preset."
+        )
+    return train, heldout, dropped
+
+
+@dataclass
+class RunState:
+    """What the steps hand each other: the recipe, the options, and what is known about this run so far."""
+
+    preset: Preset
+    options: RunOptions
+    reward_funcs: list
+    runtime: rt.Runtime
+    dist: ProcessInfo
+    folder: RunFolder | None
+    save_steps: int
+    gpu: object  # the card we are on (GB), or "t4": what the OOM doctor sizes for
+    started: float = field(default_factory=time.time)
+    model: object = None
+    tokenizer: object = None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.run_dir
+
+    def config(self) -> dict:
+        """What config.json holds: every Preset field, and the reward functions by name."""
+        config = json.loads(json.dumps(self.preset.to_dict(), default=list))
+        config["reward_funcs"] = reward_names(self.reward_funcs)
+        return config
+
+
+def _checked_rewards(reward_funcs, options: RunOptions) -> list:
+    reward_funcs = list(resolve_rewards(options.rewards) if reward_funcs is None else reward_funcs)
+    if not reward_funcs or not all(callable(f) for f in reward_funcs):
+        raise PresetError("reward_funcs must be a non-empty list of functions f(prompts, completions, **columns) -> "
+                          "list[float]. Fix: pass e.g. [correctness_reward, my_reward]")
+    return reward_funcs
+
+
+def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> RunState:
+    """Step 1: refuse impossible settings before any model loads (helpers.run.guard), plan the run folder (fresh,
+    resume or refuse: helpers.run.folder), write config.json. reward_funcs: the functions to train with (TRL's
+    reward contract); None = the kit's. runtime: the machine, when the caller has detected it already."""
+    options = options or RunOptions()
+    if options.dashboard not in DASHBOARD_MODES:
+        raise PresetError(f"dashboard={options.dashboard!r} is not a dashboard mode. Fix: use one of {DASHBOARD_MODES}")
+    runtime = runtime if runtime is not None else rt.detect()
+    dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
+    guard.check_before_loading(preset, runtime, num_processes=dist.world_size)
+    reward_funcs = _checked_rewards(reward_funcs, options)
+    run_dir = Path(options.run_dir) if options.run_dir else default_run_dir(preset.name)
+    checkpoint_dir = options.checkpoint_dir
+    if options.drive and checkpoint_dir is None:
+        checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
+    state = RunState(preset=preset, options=options, reward_funcs=reward_funcs, runtime=runtime, dist=dist,
+                     folder=None, save_steps=default_save_steps(preset) if options.save_steps is None
+                     else options.save_steps, gpu=runtime.total_gpu_gb if runtime.has_gpu else "t4")
+    config = state.config()
+    # several processes: process 0 plans (creates or refuses) the folder and every process uses its plan
+    state.folder = on_main_then_share(lambda: plan_run_folder(run_dir, preset.name, options.overwrite,
+                                                              resume=options.resume, checkpoint_dir=checkpoint_dir,
+                                                              config=config),
+                                      cpu=preset.backend == "cpu")
+    print(f"[grpo-kit] {runtime.describe()}")
+    print(f"[grpo-kit] preset {preset.name}: {preset.description}")
+    print(f"[grpo-kit] rewards: {', '.join(config['reward_funcs'])}")
+    if dist.is_main:
+        write_config(state.folder, config, state.save_steps)
+    if state.save_steps and dist.is_main:
+        print(f"[grpo-kit] a checkpoint every {state.save_steps} steps in {state.folder.checkpoint_dir} (the last "
+              f"{options.keep} kept); run the same command again to resume after an interruption")
+    return state
+
+
+def load_model(state: RunState):
+    """Step 2: (model, tokenizer) with a fresh LoRA adapter (helpers.model.load; notebook 02 shows the calls)."""
+    with oom_advice(state.preset, gpu=state.gpu):  # vLLM's KV-cache reservation can fail while loading
+        state.model, state.tokenizer = load(state.preset, state.runtime)
+    return state.model, state.tokenizer
+
+
+def load_data(state: RunState):
+    """Step 3: (training Dataset, held-out rows); prompts longer than max_prompt_length are dropped."""
+    train_dataset, heldout, dropped = build_datasets(state.preset, state.tokenizer)
+    print(f"[grpo-kit] {len(train_dataset)} training prompts ({dropped} dropped as longer than "
+          f"{state.preset.max_prompt_length} tokens), {len(heldout)} held-out questions")
+    return train_dataset, heldout
+
+
+def evaluate_before(state: RunState, heldout) -> dict | None:
+    """Step 4: greedy accuracy before training (a resumed run reuses before.json: its model is partly trained)."""
+    folder = state.folder
+    before = load_before([state.run_dir / "before.json", folder.checkpoint_dir / "before.json"], state.preset) \
+        if folder.continuing else None
+    if not state.dist.is_main:
+        return None  # several processes: process 0 evaluates and writes; the others go straight to training
+    if before is None:
+        print("[grpo-kit] evaluating before training ...")
+        before = evaluate(state.model, state.tokenizer, heldout, state.preset)
+        save_before(state.run_dir / "before.json", before, state.preset)
+        if state.save_steps and not checkpoints_inside(folder):
+            shutil.copy2(state.run_dir / "before.json", folder.checkpoint_dir / "before.json")
+    else:
+        print("[grpo-kit] before: reusing before.json from the first start (not re-evaluated with a partly trained "
+              "adapter)")
+    print(f"[grpo-kit] before: accuracy {before['accuracy']:.2f}, format {before['format_rate']:.2f}")
+    return before
+
+
+def grpo_config(state: RunState):
+    """The trl.GRPOConfig of this preset on this runtime (helpers.config.grpo_config_kwargs, contract-tested)."""
+    return build_grpo_config(state.preset, state.runtime, output_dir=str(state.folder.checkpoint_dir),
+                             save_steps=state.save_steps)
+
+
+def check_config(state: RunState, config) -> None:
+    """Raise PresetError where a GRPOConfig written by hand (notebook 05) differs from the preset's."""
+    want = grpo_config(state)  # compared as GRPOConfig holds them (it normalises e.g. report_to="none" to [])
+    diff = [f"{k}: config has {getattr(config, k, None)!r}, the preset gives {getattr(want, k)!r}"
+            for k in sorted(want.to_dict()) if getattr(config, k, None) != getattr(want, k)]
+    if diff:
+        raise PresetError("the GRPOConfig differs from the preset (" + "; ".join(diff) + "). Fix: change the preset "
+                          "(setup.prepare(..., field=value)) rather than the config, so config.json says what ran")
+
+
+def kit_callbacks(state: RunState) -> list:
+    """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard."""
+    # The monitor adds memory/* to the logs, so it must come before the recorder that writes them.
+    callbacks = [MemoryMonitor(), MetricsRecorder(state.run_dir / "metrics.jsonl")] + rank_marker_callbacks()
+    if state.save_steps and state.dist.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
+        callbacks.append(KeepLastCheckpoints(state.folder.checkpoint_dir, state.options.keep))
+    if state.options.dashboard != "off" and state.dist.is_main:
+        callbacks.append(TrainingDashboard(state.run_dir, mode=state.options.dashboard,
+                                           history=read_metrics(state.run_dir / "metrics.jsonl"),
+                                           max_completion_length=state.preset.max_completion_length,
+                                           title=f"GRPO on {state.preset.model_name}"))
+    return callbacks
+
+
+def build_trainer(state: RunState, train_dataset):
+    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out."""
+    from trl import GRPOTrainer  # after Unsloth on the GPU path (helpers.run.guard imported it first)
+
+    return GRPOTrainer(
+        model=state.model,
+        processing_class=state.tokenizer,
+        reward_funcs=state.reward_funcs,
+        args=grpo_config(state),
+        train_dataset=train_dataset,
+        callbacks=kit_callbacks(state),
+    )
+
+
+def prepare_trainer(trainer, preset: Preset | None = None) -> None:
+    """Before trainer.train(): the dashboard (a TRL callback) gets the trainer, so it can show the latest sampled
+    completions; the kit's patches go in (helpers.run.trl_patches: the CPU speed-ups, the step timer)."""
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TrainingDashboard) and callback.trainer is None:
+            callback.trainer = trainer
+    install_trainer_patches(trainer, preset)
+
+
+def resume_checkpoint(state: RunState) -> str | None:
+    """The checkpoint trainer.train(resume_from_checkpoint=...) continues from (None: a fresh start)."""
+    return str(state.folder.resume_from.path) if state.folder.resume_from is not None else None
+
+
+def train(state: RunState, trainer) -> None:
+    """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
+    prepare_trainer(trainer, state.preset)
+    with oom_advice(state.preset, gpu=state.gpu):
+        trainer.train(resume_from_checkpoint=resume_checkpoint(state))
+
+
+def _train_seconds(trainer) -> float:
+    """trainer.train()'s own train_runtime (the last log entry), 0.0 when it logged none."""
+    ends = [e["train_runtime"] for e in trainer.state.log_history if "train_runtime" in e]
+    return float(ends[-1]) if ends else 0.0
+
+
+def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
+    if state.dist.distributed and zero3_active():
+        # the trained weights are sharded across the processes: evaluate a fresh copy with the saved adapter
+        model, _ = load_trl_vllm(state.preset, adapter_path=adapter)
+    print("[grpo-kit] evaluating after training ...")
+    after = evaluate(model, state.tokenizer, heldout, state.preset,
+                     lora_path=adapter if state.preset.backend == "unsloth" else None)
+    print(f"[grpo-kit] after: accuracy {after['accuracy']:.2f}, format {after['format_rate']:.2f}")
+    return after
+
+
+def finish(state: RunState, trainer, heldout, before) -> dict:
+    """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json."""
+    preset, run_dir = state.preset, state.run_dir
+    # The run folder's own output: plan_run_folder already refused to touch a finished run without --overwrite.
+    adapter = save_adapter_once(trainer, state.model, state.tokenizer, run_dir / "adapter",
+                                lambda m, t, p: save_adapter(m, t, p, overwrite=True), state.dist)
+    if not state.dist.is_main:
+        return {}  # every process trained; process 0 evaluates and writes the results
+    after = _evaluate_after(state, state.model, heldout, adapter)
+    write_samples(run_dir / "samples.jsonl", before, after)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    plot_rewards(rows, run_dir / "reward_curve.png", title=f"GRPO on {preset.model_name}")
+    summary = {
+        "preset": preset.name,
+        "model": preset.model_name,
+        "backend": preset.backend,
+        "steps": trainer.state.global_step,
+        "wall_seconds": round(time.time() - state.started, 1),
+        "train_seconds": round(_train_seconds(trainer), 1),
+        "before": summary_of(before),
+        "after": summary_of(after),
+        "reward_funcs": reward_names(state.reward_funcs),
+        "runtime": state.runtime.describe(),
+        "time": summarize_step_times(rows),  # where the training time went, per phase (helpers.run.step_timing)
+    }
+    pass_k = None
+    if state.options.pass_k_samples:
+        k = state.options.pass_k_samples
+        print(f"[grpo-kit] sampled pass@k with {k} samples per question, before and after ...")
+        pass_k = pass_at_k_before_after(state.model, state.tokenizer, heldout, preset, n=k, adapter_path=adapter)
+    write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
+    if state.folder.resume_from is not None:
+        summary["resumed_from_step"] = state.folder.resume_from.step
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"[grpo-kit] results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
+          "samples.jsonl, adapter/")
+    return summary
+
+
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
+    """Every step in order: what `python -m helpers.train` does, and what notebook 05 does cell by cell."""
+    state = start(preset, options, reward_funcs)
+    load_model(state)
+    train_dataset, heldout = load_data(state)
+    before = evaluate_before(state, heldout)
+    trainer = build_trainer(state, train_dataset)
+    train(state, trainer)
+    return finish(state, trainer, heldout, before)

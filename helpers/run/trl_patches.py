@@ -1,0 +1,177 @@
+"""Every patch the kit puts on TRL's private code, in one place: this is where a TRL upgrade breaks the kit first.
+
+Written for trl 1.15.0 and transformers 5.17.0 (requirements*.txt). `install_trainer_patches(trainer, preset)`
+installs them on one trainer instance (never the class), in this order; each later one wraps what the earlier ones
+left, so the step timer (last, outermost) times the CPU versions:
+
+| patched attribute                                   | by                                 | when                         |
+|-----------------------------------------------------|------------------------------------|------------------------------|
+| trl.trainer.utils._ChunkedLogProbFunction           | patch_trl_for_cpu                  | CPU PyTorch (no Triton)      |
+| GRPOTrainer._generate_single_turn                   | speed_up_grpo_on_cpu               | cpu backend                  |
+| GRPOTrainer._get_per_token_logps_and_entropies      | speed_up_grpo_on_cpu               | cpu backend                  |
+| GRPOTrainer._generate_and_score_completions         | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
+| GRPOTrainer._compute_loss                           | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
+| GRPOTrainer._get_per_token_logps_and_entropies      | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
+| GRPOTrainer._generate, _calculate_rewards, _save_checkpoint, _get_per_token_logps_and_entropies,
+  _generate_and_score_completions; Accelerator.backward; CallbackHandler.call_event | StepTimer.attach | always |
+
+PATCHED_METHODS holds the same table for code: tests install every patch on a real trainer and check that what
+changed is exactly what it lists. The maths the CPU patches call lives in helpers.cpu_compat (a plain-PyTorch
+log-prob kernel, the shared-prompt loss, the bf16 sampler); the step timer in helpers.run.step_timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+from helpers.cpu_compat import Bf16Sampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
+from helpers.model import generate_shared_prefix, merged_lora
+from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
+
+# (object on the trainer, "" for the trainer itself) -> the private methods replaced on that instance, by patch.
+PATCHED_METHODS = {
+    "speed_up_grpo_on_cpu": {"": ("_generate_single_turn", LOGPS_METHOD)},
+    "take_old_logps_from_the_first_pass": {"": (GENERATE_AND_SCORE_METHOD, "_compute_loss", LOGPS_METHOD)},
+    "StepTimer.attach": {"": (*TRAINER_PHASE_METHODS, LOGPS_METHOD, GENERATE_AND_SCORE_METHOD),
+                         "accelerator": ("backward",), "callback_handler": ("call_event",)},
+}
+
+
+def patch_trl_for_cpu() -> bool:
+    """TRL computes log-probabilities with a Triton kernel, which CPU PyTorch lacks (TRL then holds None there and
+    the first step fails with "'NoneType' object has no attribute 'apply'"): install the plain-PyTorch stand-in.
+    Returns True if it was needed."""
+    from trl.trainer import utils  # TRL is imported after Unsloth on the GPU path: never at this module's import
+
+    if getattr(utils, "_ChunkedLogProbFunction", None) is not None:
+        return False
+    utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    return True
+
+
+def install_trainer_patches(trainer, preset=None) -> None:
+    """Install the kit's patches on this trainer, in the order of the table above. preset: asks for bf16
+    sampling on CPU (cpu_bf16_sampling), which is used only where the CPU has native bf16."""
+    if trainer.args.use_cpu:  # each group's prompt once in generation and loss (docs/performance.md)
+        patch_trl_for_cpu()
+        bf16_sampling = bool(preset and preset.cpu_bf16_sampling)
+        if bf16_sampling and not cpu_has_native_bf16():
+            print("[grpo-kit] cpu_bf16_sampling: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is "
+                  "slower than fp32; sampling in fp32 instead")
+            bf16_sampling = False
+        speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
+    if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
+        try:
+            StepTimer().attach(trainer)
+        except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
+            print(f"[grpo-kit] step timing is off for this trainer: {err}")
+
+
+# ------------------------------------------------------------------------------------------------- CPU speed-ups
+# A CPU GRPO step of the cpu preset is one prompt x 8 completions. TRL repeats the prompt 8 times, so generation
+# pre-fills the same ~130 tokens 8 times and the loss runs them through the model (forward and backward) 8 times.
+# speed_up_grpo_on_cpu does that shared work once (generation: helpers.model.generate_shared_prefix; loss:
+# helpers.cpu_compat.shared_prompt_logps), and generates with the LoRA adapter merged into the weights
+# (helpers.model.merged_lora: one matmul per projection instead of three). Same mathematics, different summation
+# order; measured in docs/performance.md. Anything they do not recognise (prompts that are not in groups, images,
+# MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
+
+
+def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False):
+    """Install the faster generation and the shared-prompt loss on this trainer instance (not the class); returns
+    the trainer.
+
+    Completions are sampled with the shared prompt pre-filled once, by the fp32 model with its LoRA adapter merged
+    (the same samples as TRL's own generate), or with bf16_sampling by a Bf16Sampler (faster where the CPU has
+    native bf16, see cpu_has_native_bf16; different samples)."""
+    if getattr(trainer, "_kit_cpu_speedups", False):
+        return trainer
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    sampler = Bf16Sampler(policy) if bf16_sampling and hasattr(policy, "get_base_model") else None
+    trainer._kit_sampler = sampler
+    original_generate_turn = trainer._generate_single_turn
+    original_logps = trainer._get_per_token_logps_and_entropies
+
+    def _generate_single_turn(self, *args, **kwargs):
+        if getattr(self, "use_vllm", False) or getattr(self, "use_transformers_continuous_batching", False):
+            return original_generate_turn(*args, **kwargs)
+        model = self.accelerator.unwrap_model(self.model)
+        if sampler is not None:
+            sampling_model, merged = sampler.sync(), contextlib.nullcontext()
+        else:
+            sampling_model, merged = model, merged_lora(model)
+        plain_generate = sampling_model.generate
+        model.generate = lambda input_ids=None, attention_mask=None, generation_config=None, **kw: (
+            generate_shared_prefix(sampling_model, input_ids, attention_mask, generation_config, plain_generate, **kw))
+        try:
+            with merged:
+                return original_generate_turn(*args, **kwargs)
+        finally:
+            del model.generate  # back to the class's generate
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                           batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                           **multimodal):
+        result = None
+        if not compute_aux_loss and all(value is None for value in multimodal.values()):
+            with self.accelerator.autocast():
+                result = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, self.temperature,
+                                             compute_entropy=compute_entropy, batch_size=batch_size)
+        if result is None:
+            return original_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                                  compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        return result[0], result[1], None
+
+    trainer._generate_single_turn = types.MethodType(_generate_single_turn, trainer)
+    trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
+    if old_logps_from_first_pass(trainer):
+        take_old_logps_from_the_first_pass(trainer)
+    trainer._kit_cpu_speedups = True
+    return trainer
+
+
+def old_logps_from_first_pass(trainer) -> bool:
+    """True when every slice of a sampled batch is first trained on by the weights that sampled it: TRL's no-grad
+    pass for the old log-probabilities then equals the first loss pass, detached (num_iterations > 1, one
+    generation per optimizer step, no vLLM)."""
+    args = trainer.args
+    return (trainer.num_iterations > 1 and args.steps_per_generation == args.gradient_accumulation_steps
+            and not getattr(trainer, "use_vllm", False))
+
+
+def take_old_logps_from_the_first_pass(trainer):
+    """With num_iterations > 1 TRL runs the whole batch through the model once more, without gradient, to get the
+    log-probabilities PPO-style clipping compares with. Those are the values the batch's first loss pass computes
+    (same weights, same inputs, no dropout), so keep that pass's, detached, for the later iterations instead."""
+    original_score = trainer._generate_and_score_completions
+    original_loss = trainer._compute_loss
+    original_logps = trainer._get_per_token_logps_and_entropies
+
+    def _generate_and_score_completions(self, *args, **kwargs):
+        iterations, self.num_iterations = self.num_iterations, 1  # TRL then skips its no-grad pass
+        try:
+            return original_score(*args, **kwargs)
+        finally:
+            self.num_iterations = iterations
+
+    def _compute_loss(self, model, inputs):
+        if "old_per_token_logps" in inputs:  # a later iteration: the first one stored them
+            return original_loss(model, inputs)
+        self._kit_first_pass = []
+        try:
+            loss = original_loss(model, inputs)  # TRL uses per_token_logps.detach() when they are missing
+            inputs["old_per_token_logps"] = self._kit_first_pass[0]  # the buffered batch keeps them
+        finally:
+            self._kit_first_pass = None
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = original_logps(*args, **kwargs)
+        if getattr(self, "_kit_first_pass", None) is not None:
+            self._kit_first_pass.append(result[0].detach())
+        return result
+
+    trainer._generate_and_score_completions = types.MethodType(_generate_and_score_completions, trainer)
+    trainer._compute_loss = types.MethodType(_compute_loss, trainer)
+    trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
