@@ -246,10 +246,25 @@ def test_a_no_gpu_lesson_runs_on_a_colab_cpu_runtime_with_the_embedded_model(col
     assert all(len(s) == 1 for s in scores)
 
 
-def test_a_t4_lesson_on_a_cpu_runtime_names_the_menu_path_or_the_cpu_preset(colab):
-    with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
-        run_setup_cell(LESSON="05_train")
-    assert run_setup_cell(LESSON="05_train", PRESET="cpu")["kit"].preset.name == "cpu"
+LESSON_NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
+
+
+@pytest.mark.parametrize("path", LESSON_NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_notebook_on_a_colab_cpu_runtime_runs_or_names_the_fix(colab, path):
+    """The notebook's own parameters cell, then the setup cell: a T4 lesson stops with the menu path and the cpu
+    preset as the way out; every other lesson gets the cpu preset."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
+    namespace: dict = {}
+    exec(compile(params, f"<{path.name} parameters>", "exec"), namespace)  # noqa: S102 - the notebook's own cell
+    namespace = {k: v for k, v in namespace.items() if not k.startswith("__")}
+    if setup.lesson_needs_gpu(namespace["LESSON"]):
+        with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
+            run_setup_cell(**namespace)
+        namespace["PRESET"] = "cpu"
+    assert run_setup_cell(**namespace)["kit"].preset.name == "cpu"
 
 
 def test_every_lesson_is_in_the_design():

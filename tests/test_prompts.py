@@ -13,9 +13,19 @@ def test_messages_have_system_example_and_question():
     assert [x["role"] for x in prompts.build_messages("q", worked_example=False)] == ["system", "user"]
 
 
-def test_system_prompt_names_every_tag():
-    for tag in ("<reasoning>", "</reasoning>", "<answer>", "</answer>"):
-        assert tag in prompts.SYSTEM_PROMPT
+def test_system_prompt_asks_for_exactly_the_tags_the_format_reward_requires():
+    """The tags the model is told to write are the ones strict_format_reward scores: the format the prompt
+    describes earns it, and leaving out any one of those tags loses it."""
+    import re
+
+    from helpers.rewards import strict_format_reward
+
+    asked = re.findall(r"</?\w+>", prompts.SYSTEM_PROMPT)
+    good = prompts.format_completion("2 + 2 = 4", "4")
+    assert set(asked) == set(re.findall(r"</?\w+>", good))
+    assert strict_format_reward([None], [good]) == [0.5]
+    for tag in set(asked):
+        assert strict_format_reward([None], [good.replace(tag, "")]) == [0.0], tag
 
 
 def test_extract_answer_takes_the_last_block():

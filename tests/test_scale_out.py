@@ -28,8 +28,6 @@ from helpers.config import PRESETS, PresetError, get_preset, grpo_config_kwargs,
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE_CONFIGS = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))
 SCALE_OUT_PRESETS = [n for n, p in PRESETS.items() if p.backend == "trl-vllm"]
-# The vLLM the multi-GPU stack uses (docs/scale-out.md); TRL 1.15 supports 0.21.0 to 0.31.0.
-SCALE_OUT_VLLM = "0.31.0"
 
 
 # ------------------------------------------------------------------------------------ two processes on CPU
@@ -179,16 +177,22 @@ def test_trl_vllm_serve_cli_parses_the_documented_command():
     assert "--weight-transfer-config" in cmd  # the NCCL channel the trainer pushes weights through
 
 
-def test_documented_vllm_is_inside_trls_supported_range():
+def test_the_documented_install_is_the_tested_stack_plus_a_vllm_trl_supports():
+    """The pip command docs/scale-out.md gives: its vLLM is inside the range the pinned TRL accepts, and every other
+    package is pinned to the version the CPU tests run (requirements-cpu.txt)."""
     import inspect
 
     from packaging.version import Version
     from trl import import_utils
 
+    doc = (ROOT / "docs" / "scale-out.md").read_text()
+    command = re.search(r"^pip install (.*)$", doc.replace("\\\n", " "), re.M).group(1)  # continuation lines joined
+    pins = dict(re.findall(r"([\w.-]+)==([\w.]+)", command))
     src = inspect.getsource(import_utils.is_vllm_available)
     low, high = re.search(r'Version\("([\d.]+)"\) <= _vllm_base_version <= Version\("([\d.]+)"\)', src).groups()
-    assert Version(low) <= Version(SCALE_OUT_VLLM) <= Version(high)
-    assert f"vllm=={SCALE_OUT_VLLM}" in (ROOT / "docs" / "scale-out.md").read_text()
+    assert Version(low) <= Version(pins.pop("vllm")) <= Version(high)
+    tested = dict(re.findall(r"^([\w.-]+)==([\w.]+)", (ROOT / "requirements-cpu.txt").read_text(), re.M))
+    assert pins and {name: tested.get(name) for name in pins} == pins
 
 
 # --------------------------------------------------------------------------- DeepSpeed and accelerate configs

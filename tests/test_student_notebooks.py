@@ -88,11 +88,15 @@ def test_check_mode_names_a_stale_notebook(tmp_path, capsys, monkeypatch):
     assert "stale notebooks (not what lessons/ builds): notebooks/student/05_train.ipynb\n" in err and "Fix:" in err
 
 
-def test_every_notebook_says_which_lesson_it_comes_from():
-    for path in [*INSTRUCTOR, *sorted(STUDENT_DIR.glob("*.ipynb"))]:
-        header = nbformat.read(path, as_version=4).cells[0].source
-        assert f"Generated from `lessons/{path.stem}.py`" in header and "edit the lesson there" in header
-        assert (ROOT / "lessons" / f"{path.stem}.py").is_file()
+def test_check_mode_names_a_notebook_without_a_lesson(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    builder = _builder()
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    shutil.copy(tmp_path / "notebooks" / "03_data.ipynb", tmp_path / "notebooks" / "08_orphan.ipynb")
+    monkeypatch.setattr(builder, "REPO", tmp_path)
+    assert builder.main(["--check"]) == 1
+    assert "notebooks/08_orphan.ipynb" in capsys.readouterr().err
 
 
 def test_lessons_take_numbers_from_the_presets():
