@@ -129,7 +129,7 @@ def test_05_passes_its_drive_checkpoint_and_resume_parameters_to_the_kit():
     # the run folder is the one the setup cell chose (on Drive with USE_DRIVE)
     assert {"run_dir": "kit.run_dir", "overwrite": "OVERWRITE", "save_steps": "SAVE_STEPS", "keep": "KEEP"} in _calls(
         code, "RunOptions")
-    assert any("resume_checkpoint(run)" in c.get("resume_from_checkpoint", "") for c in _calls(code, "trainer.train"))
+    assert any("resume_checkpoint(state)" in c.get("resume_from_checkpoint", "") for c in _calls(code, "trainer.train"))
 
 
 def test_06_evaluates_exports_and_shares():
