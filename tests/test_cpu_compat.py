@@ -23,13 +23,18 @@ def test_stand_in_matches_full_log_softmax_and_its_gradient():
     assert torch.allclose(g, hidden.grad, atol=1e-5)
 
 
-def test_patch_installs_only_when_trl_lacks_the_kernel():
+def test_patch_installs_only_when_trl_lacks_the_kernel(monkeypatch):
     from trl.trainer import utils
 
-    patched = patch_trl_for_cpu()
-    assert utils._ChunkedLogProbFunction is not None
+    monkeypatch.setattr(utils, "_ChunkedLogProbFunction", None)  # what TRL holds on a PyTorch without Triton
+    assert patch_trl_for_cpu() is True and utils._ChunkedLogProbFunction is TorchChunkedLogProb
     assert patch_trl_for_cpu() is False  # idempotent
-    assert isinstance(patched, bool)
+
+    class TritonKernel:  # a real kernel (a GPU build): left alone
+        pass
+
+    monkeypatch.setattr(utils, "_ChunkedLogProbFunction", TritonKernel)
+    assert patch_trl_for_cpu() is False and utils._ChunkedLogProbFunction is TritonKernel
 
 
 # ------------------------------------------------------------------------------------------------- speed-ups
