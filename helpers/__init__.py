@@ -11,6 +11,7 @@ The core, flat (each imports only the core below it):
     evaluation.py      greedy accuracy, format rate and pass@k, before and after training
     sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed)
     step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
+    cli.py             command-line flags generated from dataclass fields (train and memory share a Preset's flags)
 Front doors (commands and the notebooks' setup):
     train.py           python -m helpers.train: the run as named steps (prepare ... finish), which notebook 05 calls too
     evaluate.py        python -m helpers.evaluate: before/after and pass@k of a saved run
@@ -22,7 +23,11 @@ run/        the run pipeline's parts, attached to TRL's trainer by train.py:
     checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive
     distributed.py     several processes under accelerate launch
 memory/     GPU memory, predicted and measured (python -m helpers.memory):
-    __init__.py        the memory model: predict GRPO's peak from the architecture and settings
+    __init__.py        the names the kit imports from the memory model, gathered
+    architectures.py   the models (shapes from config.json) and GPUs it knows, and the lookups
+    estimate.py        the memory model: formulas, settings and estimate(), GRPO's peak from architecture and settings
+    plot.py            the estimate as stacked bars against the budget and the card
+    cli.py             python -m helpers.memory: the command line
     monitor.py         memory/* figures added to every log
     zero.py            memory per GPU under DeepSpeed ZeRO
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import memory as mm
-from helpers.memory import GIB, MODELS, MemorySettings, estimate
 from helpers.config import get_preset
+from helpers.memory import MODELS, MemorySettings, estimate
+from helpers.memory.cli import main as memory_cli
+from helpers.runtime import GIB
 
 ROOT = Path(__file__).resolve().parents[1]
 Q15 = MODELS["qwen2.5-1.5b"]
@@ -49,7 +53,7 @@ def test_lora_params_gradients_and_optimizer_by_hand():
 def test_logits_by_hand_chunked_and_not():
     s = MemorySettings(per_device_train_batch_size=6, max_completion_length=256, chunked_logits=False)
     assert estimate(s, budget_gb=None).logits == pytest.approx(6 * 256 * 151936 * 6 / GIB)
-    assert estimate(mm.replace(s, chunked_logits=True), budget_gb=None).logits == pytest.approx(256 * 151936 * 6 / GIB)
+    assert estimate(replace(s, chunked_logits=True), budget_gb=None).logits == pytest.approx(256 * 151936 * 6 / GIB)
 
 
 def test_activations_by_hand_with_and_without_checkpointing():
@@ -59,7 +63,7 @@ def test_activations_by_hand_with_and_without_checkpointing():
     s = MemorySettings(gradient_checkpointing=False)
     assert estimate(s, budget_gb=None).activations == pytest.approx((tokens * 28 * per_layer + final) / GIB)
     gc = tokens * (28 * 1536 * 2 + per_layer) + final
-    assert estimate(mm.replace(s, gradient_checkpointing=True), budget_gb=None).activations == pytest.approx(gc / GIB)
+    assert estimate(replace(s, gradient_checkpointing=True), budget_gb=None).activations == pytest.approx(gc / GIB)
 
 
 def test_vllm_reservation_is_utilization_times_card_and_holds_the_weights():
@@ -81,7 +85,7 @@ def test_reference_model_only_for_full_finetuning():
 
 
 def test_context_is_labelled_assumption():
-    src = Path(mm.__file__).read_text()
+    src = Path(importlib.import_module("helpers.memory.estimate").__file__).read_text()
     assert "ASSUMPTION: the CUDA context" in src
     assert 0.3 <= mm.CUDA_CONTEXT_GB <= 0.5
 
@@ -140,9 +144,9 @@ def test_more_generations_longer_completions_higher_rank_never_predict_less(d, m
     base = estimate(s, budget_gb=None).peak_gb
     prompts = s.per_device_train_batch_size // s.num_generations
     g = s.num_generations + more_g
-    assert estimate(mm.replace(s, num_generations=g, per_device_train_batch_size=prompts * g), budget_gb=None).peak_gb >= base
-    assert estimate(mm.replace(s, max_completion_length=s.max_completion_length + more_c), budget_gb=None).peak_gb >= base
-    assert estimate(mm.replace(s, lora_rank=s.lora_rank * rank_factor), budget_gb=None).peak_gb >= base
+    assert estimate(replace(s, num_generations=g, per_device_train_batch_size=prompts * g), budget_gb=None).peak_gb >= base
+    assert estimate(replace(s, max_completion_length=s.max_completion_length + more_c), budget_gb=None).peak_gb >= base
+    assert estimate(replace(s, lora_rank=s.lora_rank * rank_factor), budget_gb=None).peak_gb >= base
 
 
 def _cli(*args):
@@ -161,7 +165,7 @@ def test_cli_json_shape():
 
 
 def test_cli_table_and_flags_in_process(capsys):
-    assert mm.main(["--model", "qwen3-4b", "--quant", "16bit", "--engine", "hf", "--num-generations", "4",
+    assert memory_cli(["--model", "qwen3-4b", "--quant", "16bit", "--engine", "hf", "--num-generations", "4",
                     "--batch-size", "4", "--gpu", "l4"]) == 0
     assert "Qwen3-4B" in capsys.readouterr().out
 
@@ -170,7 +174,7 @@ def test_cli_table_and_flags_in_process(capsys):
                                         (["--gpu-memory-utilization", "1.5"], "strictly between 0 and 1"),
                                         (["--gpu-memory-utilization", "0"], "strictly between 0 and 1")])
 def test_cli_bad_input_exit_code_2(args, word, capsys):
-    assert mm.main(args) == 2
+    assert memory_cli(args) == 2
     err = capsys.readouterr().err
     assert word in err and "Fix:" in err
 

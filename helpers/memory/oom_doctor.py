@@ -16,18 +16,17 @@ import contextlib
 import sys
 from dataclasses import dataclass, field, replace
 
-from helpers.memory import (
-    GIB,
+from helpers.memory.architectures import gpu_total_gb, resolve_model
+from helpers.memory.estimate import (
     VLLM_WORKSPACE_GB,
     MemoryEstimate,
     MemorySettings,
     as_settings,
     estimate,
-    gpu_total_gb,
     kv_bytes_per_token,
-    resolve_model,
     weight_bytes,
 )
+from helpers.runtime import GIB
 
 # Levers, cheapest first, with what each costs the run (shown to the student).
 LEVERS = (
