@@ -30,13 +30,13 @@ def test_qwen15_parameter_count_matches_the_model_card():
 
 
 def test_weights_16bit_are_params_times_two_bytes():
-    e = estimate(MemorySettings(quant="16bit", engine="hf", gpu_memory_utilization=None), budget_gb=None)
+    e = estimate(MemorySettings(load_dtype="16bit", engine="hf", gpu_memory_utilization=None), budget_gb=None)
     assert e.weights == pytest.approx(Q15.total_params * 2 / GIB)
 
 
 def test_weights_4bit_quantize_projections_only():
     expected = (Q15.linear_params * (0.5 + 1 / 64 + 4 / 16384) + Q15.other_params * 2) / GIB
-    assert estimate(MemorySettings(quant="4bit"), budget_gb=None).weights == pytest.approx(expected)
+    assert estimate(MemorySettings(load_dtype="4bit"), budget_gb=None).weights == pytest.approx(expected)
 
 
 def test_lora_params_gradients_and_optimizer_by_hand():
@@ -79,9 +79,89 @@ def test_vllm_reservation_is_utilization_times_card_and_holds_the_weights():
 def test_reference_model_only_for_full_finetuning():
     lora = estimate(MemorySettings(beta=0.04), budget_gb=None)
     assert lora.reference_model == 0 and any("adapter disabled" in n for n in lora.notes)
-    full = estimate(MemorySettings(quant="16bit", lora_rank=0, beta=0.04), budget_gb=None)
+    full = estimate(MemorySettings(load_dtype="16bit", lora_rank=0, beta=0.04), budget_gb=None)
     assert full.reference_model == pytest.approx(full.weights)
-    assert estimate(MemorySettings(quant="16bit", lora_rank=0, beta=0.0), budget_gb=None).reference_model == 0
+    assert estimate(MemorySettings(load_dtype="16bit", lora_rank=0, beta=0.0), budget_gb=None).reference_model == 0
+
+
+# Full fine-tuning (lora_rank 0) by load dtype, in bytes per parameter of Qwen2.5-1.5B: weights, gradients,
+# optimizer states, reference model (beta > 0). An fp32 load trains fp32 master weights; a 16-bit load trained with
+# bf16=True keeps everything in 16 bits (torch's AdamW allocates its states like the parameter, see the torch test
+# below); bitsandbytes optimizers keep their own state bytes whatever the parameter's dtype.
+FULL_FINETUNING_BYTES = [
+    ("32bit", "adamw_torch", (4, 4, 8, 4)),
+    ("16bit", "adamw_torch", (2, 2, 4, 2)),
+    ("32bit", "adamw_8bit", (4, 4, 2, 4)),
+    ("16bit", "adamw_8bit", (2, 2, 2, 2)),
+    ("16bit", "paged_adamw_32bit", (2, 2, 8, 2)),
+]
+
+
+@pytest.mark.parametrize("load_dtype, optim, per_param", FULL_FINETUNING_BYTES)
+def test_full_finetuning_bytes_per_parameter_follow_the_load_dtype(load_dtype, optim, per_param):
+    e = estimate(MemorySettings(load_dtype=load_dtype, lora_rank=0, beta=0.04, optim=optim, engine="hf",
+                                gpu_memory_utilization=None), budget_gb=None)
+    parts = (e.weights, e.gradients, e.optimizer_states, e.reference_model)
+    assert tuple(round(p * GIB / Q15.total_params, 6) for p in parts) == per_param
+    assert e.lora_params == 0
+
+
+@pytest.mark.parametrize("load_dtype", ["4bit", "16bit", "32bit"])
+def test_lora_adapter_bytes_do_not_follow_the_load_dtype(load_dtype):
+    """PEFT keeps adapters in fp32 on any base: 4 bytes of adapter, 4 of gradient, 8 of AdamW per LoRA parameter."""
+    n = Q15.lora_params(16)
+    e = estimate(MemorySettings(load_dtype=load_dtype, lora_rank=16, optim="adamw_torch"), budget_gb=None)
+    assert (e.lora_params * GIB / n, e.gradients * GIB / n, e.optimizer_states * GIB / n) == pytest.approx((4, 4, 8))
+    assert e.reference_model == 0
+
+
+def test_torch_adamw_keeps_its_states_in_the_parameter_dtype():
+    """The evidence for the 16-bit row above: after one step of torch.optim.AdamW on a bf16 nn.Linear, exp_avg and
+    exp_avg_sq are bf16, so Adam costs 2 x 2 bytes per bf16 parameter (2 x 4 on fp32), as optimizer_bytes_per_param
+    says."""
+    import torch
+
+    from helpers.memory.estimate import optimizer_bytes_per_param
+
+    for dtype, param_bytes in ((torch.bfloat16, 2), (torch.float32, 4)):
+        layer = torch.nn.Linear(8, 4).to(dtype)
+        opt = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+        layer(torch.randn(2, 8, dtype=dtype)).sum().backward()
+        opt.step()
+        state = opt.state[layer.weight]
+        assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == layer.weight.grad.dtype == dtype
+        state_bytes = state["exp_avg"].nbytes + state["exp_avg_sq"].nbytes
+        assert state_bytes / layer.weight.numel() == optimizer_bytes_per_param("adamw_torch", param_bytes)
+
+
+def test_fp16_parameters_cannot_train_under_fp16_loss_scaling():
+    """Why 16-bit full fine-tuning means bf16: HF Trainer's fp16=True scales the loss with a GradScaler (accelerate),
+    which refuses fp16 gradients; the estimate's note sends a card without bf16 to an fp32 load."""
+    import torch
+
+    layer = torch.nn.Linear(8, 4).to(torch.float16)
+    opt = torch.optim.AdamW(layer.parameters())
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(layer(torch.randn(2, 8, dtype=torch.float16)).float().sum()).backward()
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        scaler.unscale_(opt)
+    note = estimate(MemorySettings(load_dtype="16bit", lora_rank=0, engine="hf", gpu_memory_utilization=None),
+                    budget_gb=None).notes[0]
+    assert "no fp32 master copy" in note and "load_dtype='32bit'" in note
+
+
+@pytest.mark.parametrize("preset, load_dtype", [("cpu", "32bit"), ("t4", "4bit"), ("a100x2-qwen7b-lora", "16bit"),
+                                                ("8xh100-qwen7b-lora", "16bit")])
+def test_the_load_dtype_defaults_to_what_each_preset_loads(preset, load_dtype):
+    assert mm.settings_from_preset(get_preset(preset)).load_dtype == load_dtype
+
+
+def test_the_trl_vllm_loader_loads_the_bytes_the_estimate_assumes():
+    from helpers.memory.estimate import PARAMETER_BYTES, preset_load_dtype
+    from helpers.model import trl_vllm_load_kwargs
+
+    preset = get_preset("a100x2-qwen7b-lora")
+    assert trl_vllm_load_kwargs(preset, "cpu")["dtype"].itemsize == PARAMETER_BYTES[preset_load_dtype(preset)]
 
 
 def test_context_is_labelled_assumption():
@@ -117,7 +197,7 @@ def test_hub_names_resolve(name):
 
 settings_strategy = st.fixed_dictionaries({
     "model": st.sampled_from(sorted(MODELS)),
-    "quant": st.sampled_from(["4bit", "16bit"]),
+    "load_dtype": st.sampled_from(["4bit", "16bit", "32bit"]),
     "lora_rank": st.sampled_from([4, 8, 16, 32, 64]),
     "num_generations": st.integers(2, 16),
     "prompts": st.integers(1, 4),
@@ -165,7 +245,7 @@ def test_cli_json_shape():
 
 
 def test_cli_table_and_flags_in_process(capsys):
-    assert memory_cli(["--model", "qwen3-4b", "--quant", "16bit", "--engine", "hf", "--num-generations", "4",
+    assert memory_cli(["--model", "qwen3-4b", "--load-dtype", "16bit", "--engine", "hf", "--num-generations", "4",
                     "--batch-size", "4", "--gpu", "l4"]) == 0
     assert "Qwen3-4B" in capsys.readouterr().out
 

@@ -1,7 +1,7 @@
 """`python -m helpers.memory`: predict a preset's GPU memory from the command line.
 
     python -m helpers.memory --preset t4
-    python -m helpers.memory --model qwen3-4b --quant 4bit --num-generations 4 --batch-size 4 \
+    python -m helpers.memory --model qwen3-4b --load-dtype 4bit --num-generations 4 --batch-size 4 \
         --max-completion-length 1536 --gpu-memory-utilization 0.9 --json
 """
 
@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 
 from helpers.memory.architectures import GPUS, MODELS, MemoryModelError
-from helpers.memory.estimate import OPTIMIZER_BYTES, T4_BUDGET_GB, MemorySettings, as_settings, estimate
+from helpers.memory.estimate import LOAD_DTYPES, OPTIMIZERS, T4_BUDGET_GB, MemorySettings, as_settings, estimate
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,7 +21,9 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
     ap.add_argument("--preset", help="start from a preset of helpers.config (cpu, t4); flags below override it")
     ap.add_argument("--model", help=f"one of {', '.join(MODELS)}, a hub id, or a config.json path")
-    ap.add_argument("--quant", choices=("4bit", "16bit"))
+    ap.add_argument("--load-dtype", choices=LOAD_DTYPES,
+                    help="how the base weights are loaded (default: the preset's: cpu 32bit, load_in_4bit 4bit, else "
+                         "16bit); full fine-tuning (--lora-rank 0) keeps weights, gradients and optimizer states in it")
     ap.add_argument("--lora-rank", type=int, help="0 = full fine-tuning")
     ap.add_argument("--num-generations", type=int)
     ap.add_argument("--batch-size", type=int, help="per_device_train_batch_size (counts completions)")
@@ -29,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-prompt-length", type=int)
     ap.add_argument("--max-completion-length", type=int)
     ap.add_argument("--beta", type=float)
-    ap.add_argument("--optim", help=f"one of {', '.join(OPTIMIZER_BYTES)}")
+    ap.add_argument("--optim", help=f"one of {', '.join(OPTIMIZERS)}")
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
     ap.add_argument("--chunked-logits", action=argparse.BooleanOptionalAction, default=None,
                     help="Unsloth's memory-efficient GRPO loss")
@@ -42,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-_FLAG_FIELDS = {"model": "model", "quant": "quant", "lora_rank": "lora_rank", "num_generations": "num_generations",
+_FLAG_FIELDS = {"model": "model", "load_dtype": "load_dtype", "lora_rank": "lora_rank", "num_generations": "num_generations",
                 "batch_size": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                 "max_prompt_length": "max_prompt_length", "max_completion_length": "max_completion_length",
                 "beta": "beta", "optim": "optim", "gradient_checkpointing": "gradient_checkpointing",

@@ -50,12 +50,18 @@ GENERATE_WORKSPACE_LAYERS = 1.6
 # mini-batch tuned to free memory); measured, the logits part did not grow from 256 to 512 completion tokens, so
 # at most this many completion positions of one row are modelled as alive at once.
 CHUNKED_LOGIT_TOKENS = 256
-# Bytes of optimizer state per trainable parameter.
-OPTIMIZER_BYTES = {
-    "adamw_torch": 8, "adamw_torch_fused": 8, "adamw_hf": 8, "adamw": 8, "adam": 8, "paged_adamw_32bit": 8,
-    "adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2, "adam8bit": 2,
-    "lion_32bit": 4, "lion_8bit": 1, "paged_lion_8bit": 1, "sgd": 0, "adafactor": 4,
-}
+# How the base weights are loaded, and the bytes of one unquantized parameter in that dtype.
+LOAD_DTYPES = ("4bit", "16bit", "32bit")
+PARAMETER_BYTES = {"16bit": 2, "32bit": 4}
+# Optimizers whose states follow the parameter's dtype (torch.optim's AdamW allocates exp_avg and exp_avg_sq with
+# torch.zeros_like(param); transformers' Adafactor with .to(grad)): how many parameter-shaped states each keeps.
+STATES_LIKE_THE_PARAMETER = {"adamw_torch": 2, "adamw_torch_fused": 2, "adamw_hf": 2, "adamw": 2, "adam": 2,
+                             "adafactor": 1, "sgd": 0}
+# bitsandbytes optimizers keep their own state dtype whatever the parameter's (uint8 at 8 bits, fp32 at 32 bits:
+# bitsandbytes/optim/optimizer.py, Optimizer2State.init_state): bytes per parameter.
+BITSANDBYTES_STATE_BYTES = {"adamw_8bit": 2, "adamw_bnb_8bit": 2, "paged_adamw_8bit": 2, "adam8bit": 2,
+                            "paged_adamw_32bit": 8, "lion_32bit": 4, "lion_8bit": 1, "paged_lion_8bit": 1}
+OPTIMIZERS = (*STATES_LIKE_THE_PARAMETER, *BITSANDBYTES_STATE_BYTES)
 
 COMPONENTS = ("weights", "lora_params", "optimizer_states", "gradients", "activations", "logits",
               "vllm_reservation", "kv_cache", "reference_model", "cuda_context_and_allocator")
@@ -68,7 +74,9 @@ class MemorySettings:
     """What decides GRPO's memory. Field names match helpers.config.Preset where both have one."""
 
     model: object = "qwen2.5-1.5b"  # table key, hub id, config.json path, or ModelArch
-    quant: str = "4bit"  # "4bit" (bitsandbytes NF4), "16bit", or "32bit" (the CPU demo's fp32)
+    # How the base weights are loaded: "4bit" (bitsandbytes NF4), "16bit" (bf16/fp16) or "32bit" (fp32, the cpu
+    # backend). Full fine-tuning keeps weights, gradients and optimizer states in this dtype (docs/memory.md).
+    load_dtype: str = "4bit"
     lora_rank: int = 16  # 0 = full fine-tuning
     lora_target_modules: tuple[str, ...] = LORA_TARGETS
     num_generations: int = 6
@@ -104,10 +112,10 @@ class MemorySettings:
         refuse(group_problem(self.num_generations, self.per_device_train_batch_size, self.gradient_accumulation_steps))
         if not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             bad(f"lora_rank={self.lora_rank!r}. Fix: a positive integer (0 means full fine-tuning).")
-        if self.quant not in ("4bit", "16bit", "32bit"):
-            bad(f"quant={self.quant!r}. Fix: use '4bit' or '16bit'.")
-        if self.quant == "4bit" and self.lora_rank == 0:
-            bad("a 4-bit model cannot be fully fine-tuned. Fix: set lora_rank (e.g. 16) or quant='16bit'.")
+        if self.load_dtype not in LOAD_DTYPES:
+            bad(f"load_dtype={self.load_dtype!r}. Fix: use one of {', '.join(LOAD_DTYPES)}.")
+        if self.load_dtype == "4bit" and self.lora_rank == 0:
+            bad("a 4-bit model cannot be fully fine-tuned. Fix: set lora_rank (e.g. 16) or load_dtype='16bit'.")
         if self.engine not in ("vllm", "hf"):
             bad(f"engine={self.engine!r}. Fix: use 'vllm' or 'hf'.")
         for name in ("gpu_memory_utilization", "standby_utilization"):
@@ -116,22 +124,39 @@ class MemorySettings:
             bad("engine='vllm' needs gpu_memory_utilization. Fix: set it, e.g. 0.3 on a T4.")
         if self.beta < 0:
             bad(f"beta={self.beta} cannot be negative. Fix: 0.0 (no reference model) or a small positive value.")
-        if self.optim not in OPTIMIZER_BYTES:
-            bad(f"optim={self.optim!r} is not modelled. Fix: use one of {', '.join(OPTIMIZER_BYTES)}.")
+        if self.optim not in OPTIMIZERS:
+            bad(f"optim={self.optim!r} is not modelled. Fix: use one of {', '.join(OPTIMIZERS)}.")
         resolve_model(self.model)
 
 
-def settings_from_preset(preset) -> MemorySettings:
-    """Map a helpers.config.Preset onto MemorySettings.
+# The helpers.config.Preset fields settings_from_preset reads: `python -m helpers.memory` has a flag for each,
+# generated as `python -m helpers.train` generates it (helpers/cli.py).
+PRESET_FIELDS_READ = ("model_name", "backend", "load_in_4bit", "fast_inference", "gpu_memory_utilization", "lora_rank",
+                      "lora_target_modules", "num_generations", "per_device_train_batch_size",
+                      "gradient_accumulation_steps", "max_prompt_length", "max_completion_length", "beta", "optim",
+                      "gradient_checkpointing")
 
-    model_name -> table key, load_in_4bit -> quant, fast_inference -> engine 'vllm' (+ its utilization),
-    backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own loss.
-    Standby is off: the kit always turns it off (helpers.model.UNSLOTH_ENV); `--standby` asks what it would change.
+
+def preset_load_dtype(preset) -> str:
+    """What the kit loads for a preset (helpers/model.py): the cpu backend fp32 (load_cpu, dtype=torch.float32);
+    load_in_4bit NF4; otherwise 16 bits (Unsloth's dtype=None picks bf16, or fp16 on a T4; trl-vllm asks for bf16)."""
+    if preset.load_in_4bit:
+        return "4bit"
+    return "32bit" if preset.backend == "cpu" else "16bit"
+
+
+def settings_from_preset(preset) -> MemorySettings:
+    """Map a helpers.config.Preset onto MemorySettings (it reads PRESET_FIELDS_READ).
+
+    model_name -> table key, the load dtype from preset_load_dtype, fast_inference -> engine 'vllm' (+ its
+    utilization), backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own
+    loss. Standby is off: the kit always turns it off (helpers.model.UNSLOTH_ENV); `standby=True` asks what it would
+    change.
     """
     cpu = preset.backend == "cpu"
     return MemorySettings(
         model=preset.model_name,
-        quant="4bit" if preset.load_in_4bit else ("32bit" if cpu else "16bit"),
+        load_dtype=preset_load_dtype(preset),
         lora_rank=preset.lora_rank,
         lora_target_modules=tuple(preset.lora_target_modules),
         num_generations=preset.num_generations,
@@ -170,17 +195,31 @@ def as_settings(preset_or_settings, **overrides) -> MemorySettings:
 # --------------------------------------------------------------------------------------------- formulas
 
 
-def weight_bytes(arch: ModelArch, quant: str) -> float:
+def weight_bytes(arch: ModelArch, load_dtype: str) -> float:
     """16-bit: params x 2 bytes. 4-bit: projection weights x NF4_BYTES_PER_PARAM (~0.516 B) + the rest
     (embeddings, lm_head, norms) x 2 bytes. 32-bit: params x 4 bytes."""
-    if quant == "4bit":
+    if load_dtype == "4bit":
         return arch.linear_params * NF4_BYTES_PER_PARAM + arch.other_params * 2
-    return arch.total_params * (4 if quant == "32bit" else 2)
+    return arch.total_params * PARAMETER_BYTES[load_dtype]
 
 
 def trainable_params(arch: ModelArch, s: MemorySettings) -> int:
     """LoRA: layers x sum over targets of r x (in + out). Full fine-tuning (rank 0): every parameter."""
     return arch.total_params if s.lora_rank == 0 else arch.lora_params(s.lora_rank, s.lora_target_modules)
+
+
+def trainable_param_bytes(s: MemorySettings) -> int:
+    """Bytes of one trainable parameter, and of its gradient: LoRA adapters are fp32 (PEFT upcasts them,
+    autocast_adapter_dtype=True); full fine-tuning trains the loaded parameters in their own dtype."""
+    return 4 if s.lora_rank else PARAMETER_BYTES[s.load_dtype]
+
+
+def optimizer_bytes_per_param(optim: str, param_bytes: int) -> int:
+    """bitsandbytes optimizers: their fixed state bytes; torch's: states x the parameter's bytes (AdamW on bf16
+    parameters keeps bf16 exp_avg and exp_avg_sq: 4 bytes, not 8)."""
+    if optim in BITSANDBYTES_STATE_BYTES:
+        return BITSANDBYTES_STATE_BYTES[optim]
+    return STATES_LIKE_THE_PARAMETER[optim] * param_bytes
 
 
 def activation_bytes_per_token_layer(arch: ModelArch, dtype_bytes: int) -> int:
@@ -270,33 +309,44 @@ class EngineMemory:
     notes: tuple[str, ...] = ()
 
 
+def full_finetuning_note(s: MemorySettings) -> str:
+    """What full fine-tuning keeps, by load dtype (the evidence is in docs/memory.md)."""
+    if s.load_dtype == "32bit":
+        return (f"full fine-tuning from an fp32 load: weights (the master copy), gradients and {s.optim} states in "
+                "fp32; bf16/fp16 autocast only computes in 16 bits")
+    return (f"full fine-tuning from a 16-bit load (bf16=True): weights, gradients and {s.optim} states stay 16-bit, "
+            "no fp32 master copy. fp16 parameters with fp16=True stop at GradScaler ('Attempting to unscale FP16 "
+            "gradients'): without bf16 (a T4) load in fp32, load_dtype='32bit'")
+
+
 def model_states(arch: ModelArch, s: MemorySettings) -> ModelStates:
-    """LoRA: the adapter, its gradients (fp32, 4 bytes each: PEFT autocasts adapters) and optimizer states
-    (OPTIMIZER_BYTES). Full fine-tuning: fp32 master weights, fp32 gradients and optimizer states on every parameter,
-    and with beta > 0 a reference copy of the weights (with LoRA TRL disables the adapter instead)."""
+    """weights = weight_bytes(load dtype); trainable x trainable_param_bytes for the adapter (LoRA) and for the
+    gradients; trainable x optimizer_bytes_per_param for the optimizer; a reference copy of the weights only for
+    full fine-tuning with beta > 0 (with LoRA TRL disables the adapter instead)."""
     n_train = trainable_params(arch, s)
+    param_bytes = trainable_param_bytes(s)
     full_ft = s.lora_rank == 0
-    master_bytes = 4  # LoRA adapters are fp32 (PEFT autocasts them); full FT keeps fp32 master weights
-    weights = (arch.total_params * master_bytes if full_ft else weight_bytes(arch, s.quant)) / GIB
-    notes = ["full fine-tuning: fp32 master weights + fp32 gradients + optimizer states on every parameter"] if full_ft else []
+    weights = weight_bytes(arch, s.load_dtype) / GIB
+    notes = [full_finetuning_note(s)] if full_ft else []
     reference = 0.0
     if s.beta > 0 and full_ft:
         reference = weights
-        notes.append(f"beta={s.beta} > 0 with full fine-tuning: TRL loads a second (reference) copy of the model")
+        notes.append(f"beta={s.beta} > 0 with full fine-tuning: TRL loads a second (reference) copy of the model, "
+                     "here in the load dtype (TRL loads it with model_init_kwargs, whose dtype defaults to fp32)")
     elif s.beta > 0:
         notes.append(f"beta={s.beta} > 0 with LoRA: the reference is the base model with the adapter disabled, "
                      "no second copy (its log-prob pass runs before the policy's, under no_grad)")
     return ModelStates(
         weights=weights,
-        lora_params=0.0 if full_ft else n_train * master_bytes / GIB,
-        gradients=n_train * 4 / GIB,
-        optimizer_states=n_train * OPTIMIZER_BYTES[s.optim] / GIB,
+        lora_params=0.0 if full_ft else n_train * param_bytes / GIB,
+        gradients=n_train * param_bytes / GIB,
+        optimizer_states=n_train * optimizer_bytes_per_param(s.optim, param_bytes) / GIB,
         reference_model=reference,
         notes=tuple(notes),
     )
 
 
-def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float, training_weights: float) -> EngineMemory:
+def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMemory:
     """reservation = utilization x card (standby: its own fraction); KV cache = reservation - weights -
     VLLM_WORKSPACE_GB; vLLM does not start without KV cache for one full sequence."""
     notes = []
@@ -311,7 +361,7 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float, training_we
                "0.76 is a fit to two Unsloth T4 CI peaks, not a documented constant (docs/memory.md).")
         )
     reservation = util * total_gb
-    weights = training_weights if s.vllm_shares_weights else weight_bytes(arch, s.quant) / GIB
+    weights = weight_bytes(arch, s.load_dtype) / GIB  # shared or its own copy: the same bytes inside the reservation
     kv = reservation - weights - VLLM_WORKSPACE_GB
     need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB
     if kv < need:
@@ -439,7 +489,7 @@ def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = T4_BUDGET_G
     arch = resolve_model(s.model)
     total = gpu_total_gb(gpu)
     states = model_states(arch, s)
-    engine = vllm_memory(arch, s, total, states.weights) if s.engine == "vllm" else hf_generate_memory(arch, s)
+    engine = vllm_memory(arch, s, total) if s.engine == "vllm" else hf_generate_memory(arch, s)
     acts, logits = activation_bytes(arch, s) / GIB, logits_bytes(arch, s) / GIB
     phases = phase_components(states, engine, acts, logits)
     gen_total, train_total = sum(phases["generation"].values()), sum(phases["training"].values())
