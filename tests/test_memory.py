@@ -104,6 +104,7 @@ def test_full_finetuning_bytes_per_parameter_follow_the_load_dtype(load_dtype, o
     parts = (e.weights, e.gradients, e.optimizer_states, e.reference_model)
     assert tuple(round(p * GIB / Q15.total_params, 6) for p in parts) == per_param
     assert e.lora_params == 0
+    assert ("(bitsandbytes) keeps" in e.notes[0]) == (optim != "adamw_torch")  # the note names who keeps what
 
 
 @pytest.mark.parametrize("load_dtype", ["4bit", "16bit", "32bit"])

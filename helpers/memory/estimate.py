@@ -310,13 +310,19 @@ class EngineMemory:
 
 
 def full_finetuning_note(s: MemorySettings) -> str:
-    """What full fine-tuning keeps, by load dtype (the evidence is in docs/memory.md)."""
+    """What full fine-tuning keeps, by load dtype and optimizer (the evidence is in docs/memory.md)."""
+    if s.optim in BITSANDBYTES_STATE_BYTES:
+        kept, optimizer = "weights and gradients", (f"; {s.optim} (bitsandbytes) keeps "
+                                                    f"{BITSANDBYTES_STATE_BYTES[s.optim]} bytes of state per parameter "
+                                                    "whatever the parameter's dtype")
+    else:
+        kept, optimizer = f"weights, gradients and {s.optim} states", ""
     if s.load_dtype == "32bit":
-        return (f"full fine-tuning from an fp32 load: weights (the master copy), gradients and {s.optim} states in "
-                "fp32; bf16/fp16 autocast only computes in 16 bits")
-    return (f"full fine-tuning from a 16-bit load (bf16=True): weights, gradients and {s.optim} states stay 16-bit, "
-            "no fp32 master copy. fp16 parameters with fp16=True stop at GradScaler ('Attempting to unscale FP16 "
-            "gradients'): without bf16 (a T4) load in fp32, load_dtype='32bit'")
+        return (f"full fine-tuning from an fp32 load: {kept} in fp32 (the weights are the master copy; bf16/fp16 "
+                f"autocast only computes in 16 bits){optimizer}")
+    return (f"full fine-tuning from a 16-bit load (bf16=True): {kept} stay 16-bit, no fp32 master copy{optimizer}. "
+            "fp16 parameters with fp16=True stop at GradScaler ('Attempting to unscale FP16 gradients'): without "
+            "bf16 (a T4) load in fp32, load_dtype='32bit'")
 
 
 def model_states(arch: ModelArch, s: MemorySettings) -> ModelStates:
