@@ -27,7 +27,7 @@ memory/     GPU memory, predicted and measured (python -m helpers.memory):
     architectures.py   the models (shapes from config.json) and GPUs it knows, and the lookups
     estimate.py        the memory model: formulas, settings and estimate(), GRPO's peak from architecture and settings
     plot.py            the estimate as stacked bars against the budget and the card
-    cli.py             python -m helpers.memory: the command line
+    cli.py             python -m helpers.memory: a Preset field has helpers.train's flag, the model's own beside
     monitor.py         memory/* figures added to every log
     zero.py            memory per GPU under DeepSpeed ZeRO
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit

@@ -213,5 +213,5 @@ ex.q1.check(largest_completion_length)
 #    grows fastest?
 # 2. Switch `chunked_logits=False` (TRL's own loss) and repeat the sweep. At what completion length do the logits
 #    overtake the activations?
-# 3. Use `--model gemma-3-1b` in `python -m helpers.memory`: why does a 1B model with a 262k vocabulary need more
+# 3. Use `--model-name gemma-3-1b` in `python -m helpers.memory`: why does a 1B model with a 262k vocabulary need more
 #    memory for the logits than Qwen2.5-1.5B?

@@ -6,7 +6,7 @@ import importlib
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -246,12 +246,73 @@ def test_cli_json_shape():
 
 
 def test_cli_table_and_flags_in_process(capsys):
-    assert memory_cli(["--model", "qwen3-4b", "--load-dtype", "16bit", "--engine", "hf", "--num-generations", "4",
-                    "--batch-size", "4", "--gpu", "l4"]) == 0
+    assert memory_cli(["--model-name", "qwen3-4b", "--load-dtype", "16bit", "--no-fast-inference",
+                       "--num-generations", "4", "--batch-size", "4", "--gpu", "l4"]) == 0
     assert "Qwen3-4B" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, word", [(["--model", "gpt-17"], "unknown model"),
+def test_cli_preset_flags_change_the_same_preset_fields_as_in_helpers_train(capsys):
+    """--no-fast-inference and --gradient-accumulation-steps 2 on the t4 preset: the estimate of that preset."""
+    assert memory_cli(["--no-fast-inference", "--gradient-accumulation-steps", "2", "--json"]) == 0
+    expected = estimate(get_preset("t4", fast_inference=False, gradient_accumulation_steps=2), budget_gb=7.0)
+    assert json.loads(capsys.readouterr().out) == expected.to_json()
+    assert expected.peak_gb != estimate(get_preset("t4", fast_inference=False), budget_gb=7.0).peak_gb
+
+
+def _options_by_dest(parser) -> dict:
+    return {a.dest: set(a.option_strings) for a in parser._actions if a.option_strings}
+
+
+def test_cli_spells_every_preset_field_as_helpers_train_does():
+    from helpers.config import Preset
+    from helpers.memory.cli import build_parser
+    from helpers.memory.estimate import PRESET_FIELDS_READ
+    from helpers.train import build_parser as train_parser
+
+    preset_fields = {f.name for f in fields(Preset)}
+    train, memory = _options_by_dest(train_parser()), _options_by_dest(build_parser())
+    assert {dest for dest in memory if dest in preset_fields} == set(PRESET_FIELDS_READ)
+    for name in PRESET_FIELDS_READ:
+        assert memory[name] == train[name], name
+    train_preset_flags = {flag for dest, flags in train.items() if dest in preset_fields for flag in flags}
+    own = {flag for dest, flags in memory.items() if dest not in preset_fields for flag in flags}
+    assert not own & train_preset_flags, "a hand-written flag spells a Preset field"
+    assert {"--per-device-train-batch-size", "--batch-size"} <= memory["per_device_train_batch_size"]
+
+
+@pytest.mark.parametrize("old, new", [("--grad-accum", "--gradient-accumulation-steps"), ("--model", "--model-name"),
+                                      ("--quant", "--load-dtype"), ("--engine", "--no-fast-inference")])
+def test_cli_refuses_a_renamed_flag_with_its_new_spelling(old, new, capsys):
+    with pytest.raises(SystemExit) as stop:
+        memory_cli([old, "2"])
+    assert stop.value.code == 2
+    assert f"{old} was renamed: use {new}" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_load_dtype_that_contradicts_load_in_4bit(capsys):
+    assert memory_cli(["--load-in-4bit", "--load-dtype", "16bit"]) == 2
+    assert "contradicts --load-in-4bit" in capsys.readouterr().err
+    assert memory_cli(["--no-load-in-4bit", "--load-dtype", "32bit", "--json"]) == 0
+
+
+# A value other than the t4 preset's for each Preset field the memory model reads.
+CHANGED_PRESET_FIELDS = dict(model_name="qwen3-4b", backend="cpu", load_in_4bit=False, fast_inference=False,
+                             gpu_memory_utilization=0.5, lora_rank=32, lora_target_modules=("q_proj", "v_proj"),
+                             num_generations=8, per_device_train_batch_size=12, gradient_accumulation_steps=2,
+                             max_prompt_length=512, max_completion_length=512, beta=0.04, optim="adamw_torch",
+                             gradient_checkpointing=False)
+
+
+def test_every_preset_field_the_cli_offers_reaches_the_settings():
+    from helpers.memory.estimate import PRESET_FIELDS_READ
+
+    assert set(CHANGED_PRESET_FIELDS) == set(PRESET_FIELDS_READ)
+    t4 = get_preset("t4")
+    for name, value in CHANGED_PRESET_FIELDS.items():
+        assert mm.settings_from_preset(t4.with_overrides(**{name: value})) != mm.settings_from_preset(t4), name
+
+
+@pytest.mark.parametrize("args, word", [(["--model-name", "gpt-17"], "unknown model"),
                                         (["--gpu-memory-utilization", "1.5"], "strictly between 0 and 1"),
                                         (["--gpu-memory-utilization", "0"], "strictly between 0 and 1")])
 def test_cli_bad_input_exit_code_2(args, word, capsys):
@@ -261,7 +322,7 @@ def test_cli_bad_input_exit_code_2(args, word, capsys):
 
 
 def test_cli_bad_input_subprocess_exit_code():
-    r = _cli("--model", "nope", "--json")
+    r = _cli("--model-name", "nope", "--json")
     assert r.returncode == 2 and "Fix:" in r.stderr
 
 
