@@ -28,9 +28,6 @@ T4_BUDGET_GB = 7.0
 # bitsandbytes NF4 with double quantization (what Unsloth's -bnb-4bit checkpoints use): 4 bits per weight, one
 # 8-bit absmax per 64-weight block, one fp32 absmax per 256 such blocks.
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
-# Logits for the policy loss: the 16-bit logits tensor (2 bytes) plus its fp32 log-softmax (4 bytes).
-# TRL issue 3678 measured ~5.6 bytes per logit element at the peak of the log-prob forward alone.
-LOGITS_BYTES_PER_ELEMENT = 2 + 4
 # ASSUMPTION: the CUDA context (kernels, cuBLAS workspaces) takes 0.3-0.5 GB that PyTorch's allocator never sees.
 CUDA_CONTEXT_GB = 0.4
 # ASSUMPTION: PyTorch's caching allocator reserves ~10% more than the short-lived tensors need (fragmentation).
@@ -252,7 +249,8 @@ def activation_bytes(arch: ModelArch, s: MemorySettings) -> float:
 
 def logits_bytes(arch: ModelArch, s: MemorySettings) -> float:
     """batch x completion_len x vocab x bytes per element (16-bit logits + their fp32 log-softmax = 6 bytes; an
-    fp32 model's logits are 4 bytes, so 8).
+    fp32 model's logits are 4 bytes, so 8). TRL issue 3678 measured ~5.6 bytes per logit element at the peak of the
+    log-prob forward alone.
 
     TRL keeps only the completion positions (logits_to_keep). Unsloth's memory-efficient GRPO loss computes
     logits in chunks (chunked_logits=True): one row of at most CHUNKED_LOGIT_TOKENS positions (fitted).
