@@ -28,7 +28,11 @@ run/        the run's wing: everything between the setup cell (or the command li
     checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive
     distributed.py     several processes under accelerate launch
 memory/     GPU memory, predicted and measured (python -m helpers.memory):
-    __init__.py        the memory model: predict GRPO's peak from the architecture and settings
+    __init__.py        the names the kit imports from the memory model, gathered
+    architectures.py   the models (shapes from config.json) and GPUs it knows, and the lookups
+    estimate.py        the memory model: formulas, settings and estimate(), GRPO's peak from architecture and settings
+    plot.py            the estimate as stacked bars against the budget and the card
+    cli.py             python -m helpers.memory: a Preset field has helpers.train's flag, the model's own beside
     monitor.py         memory/* figures added to every log
     zero.py            memory per GPU under DeepSpeed ZeRO
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit

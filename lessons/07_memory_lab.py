@@ -124,7 +124,7 @@ print(f"{fits} of {len(sweep)} combinations fit {BUDGET_GB} GB")
 # r32) and ran out of memory. Here is what the doctor says for a configuration like that, and a budget of 7 GB.
 
 # %%
-stock = MemorySettings(model="qwen3-4b", quant="4bit", lora_rank=32, num_generations=4, per_device_train_batch_size=4,
+stock = MemorySettings(model="qwen3-4b", load_dtype="4bit", lora_rank=32, num_generations=4, per_device_train_batch_size=4,
                        max_prompt_length=512, max_completion_length=1536, gpu_memory_utilization=0.9,
                        optim="adamw_8bit", gradient_checkpointing=True)
 err = RuntimeError("CUDA out of memory. Tried to allocate 1.16 GiB (GPU 0; 14.56 GiB total capacity)")
@@ -213,5 +213,5 @@ ex.q1.check(largest_completion_length)
 #    grows fastest?
 # 2. Switch `chunked_logits=False` (TRL's own loss) and repeat the sweep. At what completion length do the logits
 #    overtake the activations?
-# 3. Use `--model gemma-3-1b` in `python -m helpers.memory`: why does a 1B model with a 262k vocabulary need more
+# 3. Use `--model-name gemma-3-1b` in `python -m helpers.memory`: why does a 1B model with a 262k vocabulary need more
 #    memory for the logits than Qwen2.5-1.5B?

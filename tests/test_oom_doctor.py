@@ -38,7 +38,7 @@ def test_fitting_config_needs_no_fix():
 
 
 def test_fewer_generations_keeps_batch_divisible():
-    s = MemorySettings(model="qwen3-4b", quant="16bit", engine="hf", gpu_memory_utilization=None, num_generations=8,
+    s = MemorySettings(model="qwen3-4b", load_dtype="16bit", engine="hf", gpu_memory_utilization=None, num_generations=8,
                        per_device_train_batch_size=16, max_completion_length=2048, optim="adamw_8bit")
     fixes = cheapest_fixes(s, 12.0, gpu="l4")
     fixed = apply_fixes(s, fixes)

@@ -16,18 +16,17 @@ import contextlib
 import sys
 from dataclasses import dataclass, field, replace
 
-from helpers.memory import (
-    GIB,
+from helpers.memory.architectures import gpu_total_gb, resolve_model
+from helpers.memory.estimate import (
     VLLM_WORKSPACE_GB,
     MemoryEstimate,
     MemorySettings,
     as_settings,
     estimate,
-    gpu_total_gb,
     kv_bytes_per_token,
-    resolve_model,
     weight_bytes,
 )
+from helpers.runtime import GIB
 
 # Levers, cheapest first, with what each costs the run (shown to the student).
 LEVERS = (
@@ -81,7 +80,7 @@ def _min_utilization(s: MemorySettings, gpu) -> float:
     """The smallest utilization (rounded up to 0.05) that leaves vLLM KV cache for one full sequence."""
     arch = resolve_model(s.model)
     total = gpu_total_gb(gpu)
-    need = (weight_bytes(arch, s.quant) / GIB + VLLM_WORKSPACE_GB
+    need = (weight_bytes(arch, s.load_dtype) / GIB + VLLM_WORKSPACE_GB
             + (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB)
     return min(0.95, max(0.05, round(-(-need / total // 0.05) * 0.05, 2)))
 

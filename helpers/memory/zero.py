@@ -14,9 +14,10 @@ changes is who holds the model states. With N processes (the ZeRO paper, Rajbhan
     stage 2              per GPU = W + L + O / N + G / N + rest      (+ gradients partitioned)
     stage 3              per GPU = (W + L + R) / N + O / N + G / N + gather + rest   (+ parameters partitioned)
 
-W = 16-bit weights (or fp32 master weights for full fine-tuning), L = LoRA adapter weights, O = optimizer states,
-G = gradients, R = a reference model (beta > 0 with full fine-tuning), gather = the full parameters ZeRO-3
-materialises for the layers in flight (modelled as 2 decoder layers: the current one and the prefetched one).
+W = the weights in their load dtype (bf16 for these presets; full fine-tuning trains them in it), L = LoRA adapter
+weights, O = optimizer states, G = gradients, R = a reference model (beta > 0 with full fine-tuning), gather = the
+full parameters ZeRO-3 materialises for the layers in flight (modelled as 2 decoder layers: the current one and the
+prefetched one).
 
 Two consequences worth teaching:
 - With LoRA, O and G cover only the adapter (~0.1 GB for a 7B at r=16), so ZeRO-1/2 save almost nothing; only
@@ -33,16 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from helpers.memory import (
-    ALLOCATOR_SLACK,
-    COMPONENTS,
-    CUDA_CONTEXT_GB,
-    GIB,
-    MemoryEstimate,
-    MemoryModelError,
-    resolve_model,
-    settings_from_preset,
-)
+from helpers.memory.architectures import MemoryModelError, resolve_model
+from helpers.memory.estimate import COMPONENTS, MemoryEstimate, context_and_allocator_gb, settings_from_preset
+from helpers.runtime import GIB
 
 PARAMETER_PARTS = ("weights", "lora_params", "reference_model")  # partitioned by stage 3
 FORMULAS = {
@@ -133,21 +127,17 @@ class ZeroSplit:
 
 
 def _phases(est: MemoryEstimate, server_mode: bool) -> tuple[dict, dict]:
-    """Rebuild both phases' additive components from an estimate (helpers.memory.estimate's own sums)."""
-    vllm_rest = max(est.vllm_reservation - (est.weights if est.weights_inside_vllm else 0.0), 0.0)
-    persistent = dict(weights=est.weights, lora_params=est.lora_params, optimizer_states=est.optimizer_states,
-                      reference_model=est.reference_model)
-    engine_kv = 0.0 if (server_mode or est.vllm_reservation) else est.kv_cache  # HF generate's cache
-    gen = dict(persistent, gradients=0.0, activations=0.0, logits=0.0, vllm_reservation=vllm_rest, kv_cache=engine_kv)
-    train = dict(persistent, gradients=est.gradients, activations=est.activations, logits=est.logits,
-                 vllm_reservation=vllm_rest, kv_cache=0.0)
+    """Both phases' additive components as helpers.memory.estimate summed them, without the CUDA context and
+    allocator slack (recomputed per GPU); in server mode HF generate's cache is on the server's GPUs, not here."""
+    gen, train = ({k: v for k, v in est.phases[name].items() if k != "cuda_context_and_allocator"}
+                  for name in ("generation", "training"))
+    if server_mode:
+        gen["kv_cache"] = 0.0
     return gen, train
 
 
 def _with_context(parts: dict, dynamic: float) -> dict:
-    parts = dict(parts)
-    parts["cuda_context_and_allocator"] = CUDA_CONTEXT_GB + ALLOCATOR_SLACK * dynamic
-    return parts
+    return {**parts, "cuda_context_and_allocator": context_and_allocator_gb(dynamic)}
 
 
 def per_gpu_with_zero(estimate_or_components, stage: int, num_gpus: int, *, gather_gb: float | None = None,

@@ -1,0 +1,94 @@
+"""`python -m helpers.memory`: predict a preset's GPU memory from the command line.
+
+    python -m helpers.memory --preset t4
+    python -m helpers.memory --model-name qwen3-4b --num-generations 4 --batch-size 4 \
+        --max-completion-length 1536 --gpu-memory-utilization 0.9 --json
+
+A setting that is a helpers.config.Preset field has the flag `python -m helpers.train` gives it, generated from the
+same field (helpers/cli.py), so a command line moves between the two unchanged; the memory model's own settings
+(--load-dtype, --gpu, --budget-gb, ...) are written out below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+
+from helpers.cli import add_dataclass_flags, given_fields
+from helpers.config import PRESETS, Preset, PresetError, get_preset
+from helpers.memory.architectures import GPUS, MODELS, MemoryModelError
+from helpers.memory.estimate import (
+    LOAD_DTYPES,
+    PRESET_FIELDS_READ,
+    T4_BUDGET_GB,
+    MemorySettings,
+    estimate,
+    settings_from_preset,
+)
+
+# Flags this command once spelled its own way, and what replaced each: refused with the new spelling, not ignored.
+RENAMED_FLAGS = {
+    "--model": "--model-name (as in python -m helpers.train)",
+    "--grad-accum": "--gradient-accumulation-steps (as in python -m helpers.train)",
+    "--engine": "--no-fast-inference for transformers generate, --fast-inference for vLLM (as in python -m "
+                "helpers.train)",
+    "--quant": "--load-dtype 4bit|16bit|32bit (or --load-in-4bit / --no-load-in-4bit, as in python -m helpers.train)",
+}
+MEMORY_ONLY_FIELDS = ("load_dtype", "chunked_logits", "standby")  # MemorySettings fields with a flag of their own
+
+
+class _RenamedFlag(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was renamed: use {RENAMED_FLAGS[option_string]}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m helpers.memory",
+                                 description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
+    ap.add_argument("--preset", default="t4", help=f"the recipe to start from, one of {', '.join(PRESETS)} (default "
+                                                   "t4); the flags below change its fields")
+    recipe = ap.add_argument_group("preset fields (the flags of python -m helpers.train; default: the preset's value)",
+                                   f"--model-name: a hub id, one of {', '.join(MODELS)}, or a config.json path. "
+                                   "--lora-rank 0: full fine-tuning (with --no-load-in-4bit).")
+    add_dataclass_flags(recipe, Preset, default_is_preset=True, only=PRESET_FIELDS_READ, prog=ap.prog)
+    own = ap.add_argument_group("the memory model's own settings")
+    own.add_argument("--load-dtype", choices=LOAD_DTYPES,
+                     help="how the base weights are loaded (default: the preset's: cpu 32bit, load_in_4bit 4bit, "
+                          "else 16bit); full fine-tuning (--lora-rank 0) keeps weights, gradients and optimizer "
+                          "states in it")
+    own.add_argument("--chunked-logits", action=argparse.BooleanOptionalAction, default=None,
+                     help="Unsloth's memory-efficient GRPO loss (default: on for the unsloth backend)")
+    own.add_argument("--standby", action="store_true", default=None,
+                     help="Unsloth's UNSLOTH_VLLM_STANDBY=1 (the kit turns it off): what it would change")
+    own.add_argument("--gpu", default="t4", help=f"one of {', '.join(GPUS)}")
+    own.add_argument("--budget-gb", type=float, default=T4_BUDGET_GB)
+    own.add_argument("--json", action="store_true", help='print {"peak_gb", "fits", "budget_gb", "components"}')
+    for old in RENAMED_FLAGS:
+        ap.add_argument(old, action=_RenamedFlag, nargs="?", help=argparse.SUPPRESS)
+    return ap
+
+
+def settings_from_args(args: argparse.Namespace) -> MemorySettings:
+    """The preset with the Preset fields given on the command line, then the memory model's own settings."""
+    if args.load_dtype is not None and args.load_in_4bit is not None and (args.load_dtype == "4bit") != args.load_in_4bit:
+        raise MemoryModelError(f"--load-dtype {args.load_dtype} contradicts --{'' if args.load_in_4bit else 'no-'}"
+                               "load-in-4bit. Fix: give one of the two.")
+    try:
+        preset = get_preset(args.preset).with_overrides(**given_fields(args, Preset))
+    except PresetError as err:
+        raise MemoryModelError(str(err)) from None
+    own = {name: getattr(args, name) for name in MEMORY_ONLY_FIELDS if getattr(args, name) is not None}
+    return replace(settings_from_preset(preset), **own)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        est = estimate(settings_from_args(args), gpu=args.gpu, budget_gb=args.budget_gb)
+    except MemoryModelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(est.to_json()) if args.json else est.table())
+    return 0
