@@ -36,3 +36,15 @@ def test_the_patches_go_in_once(tmp_path):
     timer, generate = trainer._step_timer, trainer._generate_single_turn
     trl_patches.install_trainer_patches(trainer)  # a cell run twice: no second wrapper (it would count time twice)
     assert trainer._step_timer is timer and trainer._generate_single_turn is generate
+
+
+def test_every_patched_method_exists_in_the_pinned_trl():
+    """The contract a TRL upgrade breaks first: each private method the table names is still there."""
+    from accelerate import Accelerator
+    from transformers.trainer_callback import CallbackHandler
+    from trl import GRPOTrainer
+
+    owners = {"": GRPOTrainer, "accelerator": Accelerator, "callback_handler": CallbackHandler}
+    missing = [f"{owners[where].__name__}.{name}" for targets in trl_patches.PATCHED_METHODS.values()
+               for where, names in targets.items() for name in names if not callable(getattr(owners[where], name, None))]
+    assert not missing, f"the pinned TRL/transformers no longer has: {missing}"

@@ -15,7 +15,8 @@ left, so the step timer (last, outermost) times the CPU versions:
 | GRPOTrainer._generate, _calculate_rewards, _save_checkpoint, _get_per_token_logps_and_entropies,
   _generate_and_score_completions; Accelerator.backward; CallbackHandler.call_event | StepTimer.attach | always |
 
-PATCHED_METHODS holds the same table for code: tests install every patch on a real trainer and check that what
+Outside a run, scripts/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
+(attach_phase_meter). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer and check that what
 changed is exactly what it lists. The maths the CPU patches call lives in helpers.cpu_compat (a plain-PyTorch
 log-prob kernel, the shared-prompt loss, the bf16 sampler); the step timer in helpers.run.step_timing.
 """
