@@ -263,31 +263,3 @@ def push_folder(folder, repo_id: str, private: bool = True, token: str | None = 
     url = f"https://huggingface.co/{repo_id}"
     print(f"[grpo-kit] uploaded {folder} to {url}")
     return url
-
-
-def push_merged_kwargs(token: str) -> dict:
-    """Keyword arguments for Unsloth's model.push_to_hub_merged (contract-tested against the pin)."""
-    return dict(save_method="merged_16bit", token=token, private=True)
-
-
-def push_gguf_kwargs(token: str, quantization_method: str = "q4_k_m") -> dict:
-    """Keyword arguments for Unsloth's model.push_to_hub_gguf (contract-tested against the pin)."""
-    return dict(quantization_method=quantization_method, token=token, private=True)
-
-
-def push_unsloth(model, tokenizer, repo_id: str, kind: str = "merged", token: str | None = None) -> str:
-    """GPU: Unsloth's own push_to_hub_merged / push_to_hub_gguf (they export and upload in one call)."""
-    if kind not in ("merged", "gguf"):
-        raise SharingError(f"kind={kind!r}: use 'merged' or 'gguf'")
-    if not _is_unsloth(model):
-        raise SharingError("push_unsloth needs the Unsloth model (GPU path). On the CPU: export_merged(...) then "
-                           "push_folder(...).")
-    token = token or hf_token()
-    try:
-        if kind == "merged":
-            model.push_to_hub_merged(repo_id, tokenizer, **push_merged_kwargs(token))
-        else:
-            model.push_to_hub_gguf(repo_id, tokenizer, **push_gguf_kwargs(token))
-    except Exception as err:  # noqa: BLE001
-        raise SharingError(f"upload to {repo_id} failed: {redact(f'{type(err).__name__}: {err}', token)}") from None
-    return f"https://huggingface.co/{repo_id}"

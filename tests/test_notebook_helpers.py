@@ -166,26 +166,6 @@ def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch
     assert "already holds a finished run" in capsys.readouterr().out
 
 
-def test_save_final_adapter_never_deletes_a_folder_silently(tmp_path, capsys):
-    from helpers.sharing import SharingError
-
-    class Saver:
-        def save_pretrained(self, path):  # as peft and transformers do: creates the folder
-            Path(path).mkdir(parents=True, exist_ok=True)
-            (Path(path) / "adapter_model.safetensors").write_bytes(b"x")
-
-    kit = _tiny_kit(tmp_path)
-    target = tmp_path / "final_adapter"
-    target.mkdir()
-    (target / "my_notes.txt").write_text("keep me")
-    with pytest.raises(SharingError, match="already exists and is not empty"):
-        course.save_final_adapter(Saver(), Saver(), kit, None, target)
-    assert (target / "my_notes.txt").read_text() == "keep me"
-    course.save_final_adapter(Saver(), Saver(), kit, None, target, overwrite=True)
-    assert "overwrite=True: replacing" in capsys.readouterr().out
-    assert not (target / "my_notes.txt").exists() and (target / "adapter_model.safetensors").is_file()
-
-
 def test_push_to_hub_needs_a_repo_and_a_token(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:

@@ -3,7 +3,7 @@
 01 environment_report; 02 memory_snapshot / nvidia_smi / show_untrained_answers / plot_predicted_memory;
 03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run (resumes by default) /
 RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
-evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
+evaluate_before_after / write_eval / empty_folder (never deletes silently) / list_folder /
 attach_trained_adapter.
 The training itself is helpers.train's named steps; the rewards playground is in helpers.teaching.reward_lab.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -458,26 +457,6 @@ def push_to_hub(folder, repo_id) -> str | None:
         print(f"Not uploading to {repo_id}: {err}")
         return None
     return sharing.push_folder(folder, repo_id, token=token)
-
-
-def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: bool = False) -> Path:
-    """Save the trained LoRA adapter to `target` and list its files: megabytes, not the whole model.
-
-    A folder that already holds files is never deleted silently: helpers.sharing refuses (SharingError, with the
-    fix) unless overwrite=True, and then says what it replaces.
-    CPU: the peft model holds the trained adapter, so it is saved with helpers.sharing.save_adapter.
-    GPU: the trained weights live in the folder vLLM reads (model.save_lora wrote it), so that folder is copied.
-    """
-    from helpers import sharing
-
-    target = Path(target)
-    if kit.preset.backend == "cpu":
-        sharing.save_adapter(model, tokenizer, target, overwrite=overwrite)
-    else:
-        target = sharing.fresh_folder(target, overwrite)
-        shutil.copytree(adapter_path, target, dirs_exist_ok=True)
-    list_folder(target, "(the base model is not in here: load it, then the adapter)")
-    return target
 
 
 def empty_folder(target, overwrite: bool = False) -> Path:
