@@ -37,7 +37,7 @@ memory/     GPU memory, predicted and measured (python -m helpers.memory):
     zero.py            memory per GPU under DeepSpeed ZeRO
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit
 teaching/   what only the notebooks use:
-    course.py          one function per lesson step
+    course.py          what a lesson prints or plots that no library call does
     exercises.py       self-checking exercises (ex.qN.check(...), .hint(), .solution())
     reward_lab.py      the reward playground (ipywidgets)
     grpo_math.py       GRPO's advantages and policy loss, exactly as TRL computes them, with a slider

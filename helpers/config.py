@@ -164,7 +164,7 @@ PRESETS = {
         load_in_4bit=True,
         fast_inference=True,
         # vLLM takes utilization x card up front (weights + KV cache); the rest of the budget is for training.
-        # 0.3 x 14.56 GB = 4.4 GB. Unsloth's T4 CI ran out of memory at 0.9 (field notes section 7).
+        # 0.3 x 14.56 GB = 4.4 GB. Unsloth's T4 CI ran out of memory at 0.9 (its kaggle_t4_ci/legs.py, grpo leg).
         gpu_memory_utilization=0.3,
         lora_rank=16,
         lora_alpha=16,

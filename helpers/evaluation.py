@@ -290,7 +290,7 @@ def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
 def eval_report(before: dict, after: dict, settings=None, pass_at_k: dict | None = None) -> dict:
     """What eval.json holds: greedy accuracy/format before and after, pass@k if measured, every sample pair."""
     report = {"greedy": {"before": summary_of(before), "after": summary_of(after)},
-              "before": summary_of(before), "after": summary_of(after),  # same keys as helpers.teaching.course.write_eval
+              "before": summary_of(before), "after": summary_of(after),  # greedy again: eval.json's first layout
               "pass_at_k": pass_at_k,
               "samples": side_by_side(before, after)}
     if settings is not None:

@@ -132,8 +132,9 @@ def peft_lora_kwargs(settings) -> dict:
 
 # ------------------------------------------------------------------------------------------------- GPU path
 
-# Set before unsloth/vllm are imported (field notes sections 1 and 7): standby mode hit intermittent illegal
-# memory access on T4 (sm_75) in Unsloth's own CI, and FlashInfer's JIT link fails on images without libcuda.so.
+# Set before unsloth/vllm are imported: standby mode hit intermittent illegal memory access on T4 (sm_75) in
+# Unsloth's own T4 CI, and FlashInfer's JIT link fails on images without libcuda.so (both in unslothai/unsloth
+# .github/scripts/kaggle_t4_ci/legs.py: the grpo leg and UNWIRED["grpo"]).
 UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
 
 

@@ -26,8 +26,7 @@ def format_completion(reasoning: str, answer: str) -> str:
 
 
 # One solved problem shown as a prior chat turn. Small models almost never produce the tags from instructions
-# alone (field notes section 3: ~0% tagged); with this turn about a fifth of samples are tagged, which gives
-# GRPO the reward differences it needs to learn from.
+# alone; with this turn some samples are tagged, which gives GRPO the reward differences it needs to learn from.
 WORKED_EXAMPLE_QUESTION = "Tom has 3 boxes with 4 pens in each box. How many pens does Tom have?"
 WORKED_EXAMPLE_COMPLETION = format_completion("3 boxes times 4 pens is 3 * 4 = 12.", "12")
 

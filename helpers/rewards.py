@@ -2,7 +2,7 @@
 
 Each reward is ``f(prompts, completions, **kwargs) -> list[float]``, one float per completion; the gold answers
 arrive as the keyword ``answer`` (the dataset column). The five rewards follow willccbb's grpo_demo lineage (the
-one the Unsloth notebooks copy; field notes section 1) with three fixes:
+one Unsloth's GRPO notebooks copy: unslothai/notebooks ``nb/Qwen2.5_(3B)-GRPO.ipynb``) with three fixes:
 
 * correctness compares numbers, not strings: "1,000" = "1000", "$18" = "18", "72.0" = "72" (exact string match
   scores those as wrong, which teaches the model nothing it should learn);

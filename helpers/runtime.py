@@ -154,7 +154,7 @@ def detect() -> Runtime:
 
 
 # Known GPUs for tests and for planning without the card in hand. total_gpu_gb is what PyTorch reports, in GiB
-# (a T4 shows 14.56, not 16: field notes section 7; helpers.memory.GPUS uses the same figure).
+# (a T4 shows 14.56, not 16: unslothai/unsloth .github/scripts/kaggle_t4_ci/legs.py; helpers.memory.GPUS agrees).
 _FAKE_GPUS = {
     "t4": ("Tesla T4", (7, 5), 14.56),
     "l4": ("NVIDIA L4", (8, 9), 22.3),

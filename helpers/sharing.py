@@ -69,6 +69,23 @@ def save_adapter(model, tokenizer, path, overwrite: bool = False) -> Path:
     return path
 
 
+def attach_trained_adapter(model, adapter_path) -> None:
+    """GPU path: copy the trained LoRA weights saved in adapter_path into the in-memory peft model, so a merged or
+    GGUF export through Unsloth contains the training (helpers.evaluation.load_for_eval loads the base model with a
+    fresh adapter; vLLM gets the trained one per request). Not needed on the CPU path (load_cpu loads the adapter
+    itself). Not yet run on a GPU."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = Path(adapter_path) / "adapter_model.safetensors"
+    result = set_peft_model_state_dict(model, load_file(str(weights)))
+    unexpected = getattr(result, "unexpected_keys", None) or []
+    if unexpected:
+        raise RuntimeError(f"the adapter in {adapter_path} does not match the loaded model ({len(unexpected)} "
+                           f"unexpected keys, e.g. {unexpected[0]}): was it trained with another preset?")
+    print(f"[grpo-kit] loaded the trained adapter weights from {weights} into the model for export")
+
+
 def adapter_is_untrained(model) -> bool:
     """True when every LoRA B matrix is zero: a fresh adapter (peft starts B at zero), not trained weights."""
     found = False
@@ -96,7 +113,7 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
     note = None
     if adapter_is_untrained(model):
         note = ("the model in memory holds an untrained LoRA adapter (every lora_B is zero): this compares the base "
-                "model with the saved adapter. Attach the trained weights first (course.attach_trained_adapter) to "
+                "model with the saved adapter. Attach the trained weights first (attach_trained_adapter) to "
                 "check the reload of a trained model.")
         print(f"[grpo-kit] note: {note}")
     s = replace(settings, eval_max_new_tokens=max_new_tokens)
@@ -263,31 +280,3 @@ def push_folder(folder, repo_id: str, private: bool = True, token: str | None = 
     url = f"https://huggingface.co/{repo_id}"
     print(f"[grpo-kit] uploaded {folder} to {url}")
     return url
-
-
-def push_merged_kwargs(token: str) -> dict:
-    """Keyword arguments for Unsloth's model.push_to_hub_merged (contract-tested against the pin)."""
-    return dict(save_method="merged_16bit", token=token, private=True)
-
-
-def push_gguf_kwargs(token: str, quantization_method: str = "q4_k_m") -> dict:
-    """Keyword arguments for Unsloth's model.push_to_hub_gguf (contract-tested against the pin)."""
-    return dict(quantization_method=quantization_method, token=token, private=True)
-
-
-def push_unsloth(model, tokenizer, repo_id: str, kind: str = "merged", token: str | None = None) -> str:
-    """GPU: Unsloth's own push_to_hub_merged / push_to_hub_gguf (they export and upload in one call)."""
-    if kind not in ("merged", "gguf"):
-        raise SharingError(f"kind={kind!r}: use 'merged' or 'gguf'")
-    if not _is_unsloth(model):
-        raise SharingError("push_unsloth needs the Unsloth model (GPU path). On the CPU: export_merged(...) then "
-                           "push_folder(...).")
-    token = token or hf_token()
-    try:
-        if kind == "merged":
-            model.push_to_hub_merged(repo_id, tokenizer, **push_merged_kwargs(token))
-        else:
-            model.push_to_hub_gguf(repo_id, tokenizer, **push_gguf_kwargs(token))
-    except Exception as err:  # noqa: BLE001
-        raise SharingError(f"upload to {repo_id} failed: {redact(f'{type(err).__name__}: {err}', token)}") from None
-    return f"https://huggingface.co/{repo_id}"

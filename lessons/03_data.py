@@ -49,9 +49,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 
 # %%
 from helpers import data, prompts
-from helpers.teaching import course
 
-dataset = course.course_dataset(kit.preset)
+dataset = data.training_questions(kit.preset)  # the questions helpers.train trains on, as a datasets.Dataset
 print(f"{len(dataset)} training questions from the {kit.preset.dataset!r} set; columns: {dataset.column_names}")
 row = dataset[0]
 print("\nquestion:", row["question"])
@@ -84,8 +83,14 @@ print("GSM8K gold 'She pays 500 + 500 = 1,000.\n#### 1,000' ->", data.parse_gsm8
 # the preset's `max_prompt_length` before training, so every step has a known maximum size.
 
 # %%
-tokenizer = course.load_tokenizer(kit.preset)
-lengths = course.prompt_lengths(dataset, tokenizer)
+from transformers import AutoTokenizer
+from helpers.model import prepare_embedded_model
+from helpers.teaching import course
+
+# The tokenizer alone, without the model: the embedded SmolLM2's folder on a CPU, the Hub model on a GPU.
+source = prepare_embedded_model() if kit.preset.backend == "cpu" else kit.preset.model_name
+tokenizer = AutoTokenizer.from_pretrained(source)
+lengths = [data.prompt_token_length(tokenizer, row["prompt"]) for row in dataset]  # chat template applied
 limit = kit.preset.max_prompt_length
 print(f"prompt tokens: min {min(lengths)}, median {sorted(lengths)[len(lengths) // 2]}, max {max(lengths)}; limit {limit}")
 course.plot_prompt_lengths(lengths, limit, title=f"{kit.preset.dataset} prompts");

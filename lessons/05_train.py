@@ -265,9 +265,13 @@ print("interrupted? run the training cell again with the same RUN_DIR: it resume
 #   section). That is normal.
 
 # %%
+from helpers.run.dashboard import plot_dashboard
+
 rows = read_metrics(kit.run_dir / "metrics.jsonl")
 print(f"{len(rows)} logged steps; keys: {sorted(rows[0]) if rows else []}")
-course.plot_training(rows, kit.run_dir / "training_curves.png", rss_samples=rss.samples, title=f"GRPO on {kit.preset.model_name}");
+# The dashboard's figure for the whole run; without memory/* logs its memory panel shows the RSS sampled above.
+fig = plot_dashboard(rows, title=f"GRPO on {kit.preset.model_name}", rss_samples=rss.samples)
+fig.savefig(kit.run_dir / "training_curves.png", dpi=100)
 
 # %%
 from IPython.display import Image, display

@@ -99,16 +99,15 @@ result
 # the numbers then show the mechanics, not a trained model.
 
 # %%
-from helpers import sharing
 from helpers.teaching import course
-from helpers.evaluation import pass_at_k_before_after
 
 try:
     adapter = setup.locate_adapter(kit, staged=STAGED_ADAPTER)
-except setup.AdapterMissing:
+except setup.AdapterMissing as missing:
     if not TRAIN_IF_MISSING:
         raise
-    adapter = course.ensure_adapter(kit, train_if_missing=True)
+    print(f"[grpo-kit] {missing}")  # where it looked, and the fixes
+    adapter = course.train_tiny_adapter(kit)
 
 # %% [markdown]
 # ## Greedy: before vs after, side by side
@@ -118,10 +117,12 @@ except setup.AdapterMissing:
 # answered before and after (`helpers.evaluation.show_side_by_side`).
 
 # %%
-model, tokenizer = course.load_for_eval(kit, adapter)
-rows = course.heldout_rows(kit.preset)
-result = course.evaluate_before_after(model, tokenizer, kit, adapter, rows=rows)
-course.print_before_after(result, n_samples=3)
+from helpers import data, evaluation
+
+model, tokenizer = evaluation.load_for_eval(kit.preset, adapter, kit.runtime)  # answers with and without the adapter
+rows = data.heldout_questions(kit.preset)  # the held-out questions 05 evaluated on
+result = evaluation.before_after(model, tokenizer, rows, kit.preset, adapter)  # greedy: {"before": ..., "after": ...}
+evaluation.show_side_by_side(result["before"], result["after"], limit=3)
 
 # %% [markdown]
 # ### One answer with the trained adapter, by hand
@@ -156,10 +157,13 @@ print(answer_text)
 # (`helpers.evaluation.pass_at_k_before_after`). Everything goes into `RUN_DIR/eval.json`.
 
 # %%
-pass_k = (pass_at_k_before_after(model, tokenizer, rows, kit.preset, n=PASS_K_SAMPLES, adapter_path=adapter)
-          if PASS_K_SAMPLES else None)
+pass_k = None  # PASS_K_SAMPLES = 0: skipped
+if PASS_K_SAMPLES:
+    pass_k = evaluation.pass_at_k_before_after(model, tokenizer, rows, kit.preset, n=PASS_K_SAMPLES,
+                                               adapter_path=adapter)
 course.print_pass_at_k(pass_k)
-eval_path = course.write_eval(result, kit.run_dir / "eval.json", kit.preset, pass_at_k=pass_k)
+report = evaluation.eval_report(result["before"], result["after"], kit.preset, pass_at_k=pass_k)
+eval_path = evaluation.write_eval(kit.run_dir / "eval.json", report)  # the layout helpers.train writes
 print("\nsaved", eval_path)
 
 # %% [markdown]
@@ -171,12 +175,14 @@ print("\nsaved", eval_path)
 # `helpers.sharing.check_reload` loads the saved adapter onto a fresh base model and compares greedy answers.
 
 # %%
-final = course.empty_folder(kit.run_dir / "final_adapter", overwrite=OVERWRITE_EXPORTS)  # never replaced silently
+from helpers import sharing
+
+final = sharing.fresh_folder(kit.run_dir / "final_adapter", overwrite=OVERWRITE_EXPORTS)  # never replaced silently
 if kit.on_gpu:
-    course.attach_trained_adapter(model, adapter)  # the model loaded for vLLM has a fresh adapter: copy the trained one in
-    model.save_lora(str(final))                    # Unsloth: the adapter only, in the form load_lora reads
+    sharing.attach_trained_adapter(model, adapter)  # the vLLM model holds a fresh adapter: copy the trained weights in
+    model.save_lora(str(final))                     # Unsloth: the adapter only, in the form load_lora reads
 else:
-    model.save_pretrained(str(final))              # peft: adapter_config.json + adapter_model.safetensors
+    model.save_pretrained(str(final))               # peft: adapter_config.json + adapter_model.safetensors
 tokenizer.save_pretrained(str(final))
 course.list_folder(final, "(the base model is not in here: load it, then the adapter)")
 reload = sharing.check_reload(model, tokenizer, final, kit.preset)
@@ -211,11 +217,15 @@ else:
 #
 # Set `HUB_REPO = "your-name/model-name"` and give the kit a token with write access - **never paste it into a
 # cell**. On Colab: the key icon in the left sidebar > Secrets > add `HF_TOKEN`, switch on notebook access.
-# Elsewhere: `export HF_TOKEN=...` before starting Jupyter. The cell uploads only when both are there (as a private
-# repository), and the token is never printed.
+# Elsewhere: `export HF_TOKEN=...` before starting Jupyter. With `HUB_REPO` set the cell uploads to a private
+# repository, or stops and says how to add the token if there is none; the token is never printed.
 
 # %%
-url = course.push_to_hub(merged, HUB_REPO)
+if HUB_REPO:
+    url = sharing.push_folder(merged, HUB_REPO)  # private; token from Colab secrets or HF_TOKEN (sharing.hf_token)
+else:
+    print("HUB_REPO is None: nothing uploaded. To share the model, set HUB_REPO = \"your-name/model-name\" and add "
+          "your token as the HF_TOKEN secret (Colab key icon) or environment variable.")
 
 # %% [markdown]
 # ## Capstone: your own `train_grpo.py`

@@ -35,15 +35,16 @@ def current_slug(root: Path = ROOT) -> str:
     return match.group(1)
 
 
-def kit_files(root: Path = ROOT) -> list[Path]:
-    """Text files of the kit: git's tracked and untracked-but-not-ignored files, else a walk without build folders."""
+def kit_files(root: Path = ROOT, suffixes=SUFFIXES) -> list[Path]:
+    """The kit's files ending in `suffixes` (None: every file): git's tracked and untracked-but-not-ignored files,
+    else a walk without build folders."""
     try:
         out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
                              capture_output=True, text=True, check=True).stdout.split("\n")
         files = [root / line for line in out if line]
     except (OSError, subprocess.CalledProcessError):
         files = [p for p in root.rglob("*") if not SKIP_DIRS.intersection(p.relative_to(root).parts)]
-    return sorted(p for p in files if p.suffix in SUFFIXES and p.is_file())
+    return sorted(p for p in files if (suffixes is None or p.suffix in suffixes) and p.is_file())
 
 
 def slug_mentions(text: str) -> list[str]:

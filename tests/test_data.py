@@ -94,9 +94,8 @@ def test_filter_works_on_a_datasets_dataset():
 
 
 def test_a_presets_questions_have_one_home():
-    """helpers.data decides which questions a preset trains and is evaluated on; the notebooks (course) and the
-    evaluate command read the same ones, and the held-out ones never appear in training."""
-    from helpers.teaching import course
+    """helpers.data decides which questions a preset trains and is evaluated on (the notebooks, helpers.train and
+    the evaluate command all call it); the held-out ones never appear in training."""
     from helpers.config import get_preset
 
     preset = get_preset("cpu", train_size=40, eval_size=6, seed=3)
@@ -104,6 +103,6 @@ def test_a_presets_questions_have_one_home():
     heldout = data.heldout_questions(preset)
     assert len(train_rows) == 40 and len(heldout) == 6
     assert not {r["question"] for r in heldout} & set(train_rows["question"])
-    assert course.heldout_rows(preset, 2) == heldout[:2]
-    assert list(course.course_dataset(preset, limit=5)["question"]) == train_rows["question"][:5]
+    assert data.heldout_questions(preset, 2) == heldout[:2]
+    assert list(data.training_questions(preset, limit=5)["question"]) == train_rows["question"][:5]
     assert data.training_questions(preset.with_overrides(seed=4))["question"] != train_rows["question"]

@@ -291,9 +291,7 @@ SAVE_PY = "unsloth/save.py"
 # patch_saving_functions binds these functions to these model attributes (non-vision models).
 EXPORTS = {
     "save_pretrained_merged": ps.Target("unsloth", SAVE_PY, "unsloth_generic_save_pretrained_merged"),
-    "push_to_hub_merged": ps.Target("unsloth", SAVE_PY, "unsloth_generic_push_to_hub_merged"),
     "save_pretrained_gguf": ps.Target("unsloth", SAVE_PY, "unsloth_save_pretrained_gguf"),
-    "push_to_hub_gguf": ps.Target("unsloth", SAVE_PY, "unsloth_push_to_hub_gguf"),
 }
 
 
@@ -321,13 +319,6 @@ def test_save_pretrained_gguf_accepts_kit_kwargs(unsloth_root):
     from helpers.sharing import gguf_kwargs
 
     _assert_known(["save_directory", "tokenizer", *gguf_kwargs()], [EXPORTS["save_pretrained_gguf"]])
-
-
-def test_push_to_hub_exports_accept_kit_kwargs(unsloth_root):
-    from helpers.sharing import push_gguf_kwargs, push_merged_kwargs
-
-    _assert_known(["repo_id", "tokenizer", *push_merged_kwargs("x")], [EXPORTS["push_to_hub_merged"]])
-    _assert_known(["repo_id", "tokenizer", *push_gguf_kwargs("x")], [EXPORTS["push_to_hub_gguf"]])
 
 
 def test_kit_export_methods_are_known_values(unsloth_root):

@@ -11,6 +11,7 @@ from helpers.run import pipeline
 from helpers.teaching import course, reward_lab
 from helpers.runtime import RuntimeProblem, fake_runtime
 from helpers.config import PresetError
+from helpers.run.dashboard import plot_dashboard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,29 +75,13 @@ def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
         notebook_setup.prepare(None, root=ROOT, quiet=True)
 
 
-def test_missing_adapter_message_names_both_ways_out(tmp_path):
-    kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
-    assert course.find_adapter(tmp_path) is None
-    with pytest.raises(FileNotFoundError, match="run 05_train first, or set TRAIN_IF_MISSING=True"):
-        course.ensure_adapter(kit, train_if_missing=False)
-
-
-def test_find_adapter_needs_config_and_weights(tmp_path):
-    (tmp_path / "adapter").mkdir()
-    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
-    assert course.find_adapter(tmp_path) is None
-    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"")
-    assert course.find_adapter(tmp_path) == tmp_path / "adapter"
-
-
-def test_plot_training_handles_rss_and_memory_keys(tmp_path):
+def test_05s_training_curves_show_rss_only_without_memory_logs(tmp_path):
     rows = [{"step": 1, "reward": 0.5, "reward_std": 0.1, "frac_reward_zero_std": 0.5,
              "rewards/correctness_reward/mean": 0.0, "completions/mean_length": 30.0},
             {"step": 2, "reward": 0.7, "reward_std": 0.2, "frac_reward_zero_std": 0.0,
              "rewards/correctness_reward/mean": 0.5, "completions/mean_length": 28.0}]
-    sampled = course.plot_training(rows, tmp_path / "a.png", rss_samples=[(0.0, 1.0), (1.0, 1.5)])
-    logged = course.plot_training([{**r, "memory/rss_gb": 1.2} for r in rows], tmp_path / "b.png")
-    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.png").stat().st_size > 0
+    sampled = plot_dashboard(rows, rss_samples=[(0.0, 1.0), (1.0, 1.5)])  # as 05 calls it: the figure stays open
+    logged = plot_dashboard([{**r, "memory/rss_gb": 1.2} for r in rows])
     titles = [{ax.get_title() for ax in fig.axes} for fig in (sampled, logged)]
     assert "process RSS (no memory/* logs); peak 1.50 GB" in titles[0]  # the samples, when nothing was logged
     assert "process memory, RAM (GB)" in titles[1]  # the run's own memory/* logs win
@@ -167,34 +152,25 @@ def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch
     assert "already holds a finished run" in capsys.readouterr().out
 
 
-def test_save_final_adapter_never_deletes_a_folder_silently(tmp_path, capsys):
-    from helpers.sharing import SharingError
+def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
+    def fake_run_all(preset, options, reward_funcs=None):
+        seen.append(preset)
+        (options.run_dir / "adapter").mkdir(parents=True)
+        for name in notebook_setup.ADAPTER_FILES:
+            (options.run_dir / "adapter" / name).write_text("{}")
+        return {"steps": preset.max_steps}
 
-    class Saver:
-        def save_pretrained(self, path):  # as peft and transformers do: creates the folder
-            Path(path).mkdir(parents=True, exist_ok=True)
-            (Path(path) / "adapter_model.safetensors").write_bytes(b"x")
-
-    kit = _tiny_kit(tmp_path)
-    target = tmp_path / "final_adapter"
-    target.mkdir()
-    (target / "my_notes.txt").write_text("keep me")
-    with pytest.raises(SharingError, match="already exists and is not empty"):
-        course.save_final_adapter(Saver(), Saver(), kit, None, target)
-    assert (target / "my_notes.txt").read_text() == "keep me"
-    course.save_final_adapter(Saver(), Saver(), kit, None, target, overwrite=True)
-    assert "overwrite=True: replacing" in capsys.readouterr().out
-    assert not (target / "my_notes.txt").exists() and (target / "adapter_model.safetensors").is_file()
+    seen = []
+    monkeypatch.setattr(pipeline, "run_all", fake_run_all)
+    kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
+    assert course.train_tiny_adapter(kit) == tmp_path / "adapter"
+    assert seen[0].max_steps == 2 and seen[0].eval_size == 4
 
 
-def test_push_to_hub_needs_a_repo_and_a_token(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    for key in [k for k in __import__("os").environ if k.startswith("COLAB_")]:
-        monkeypatch.delenv(key)
-    assert course.push_to_hub(tmp_path, None) is None
-    assert "HUB_REPO is None" in capsys.readouterr().out
-    assert course.push_to_hub(tmp_path, "me/model") is None
-    assert "No Hugging Face token found" in capsys.readouterr().out
+def test_tiny_run_without_an_adapter_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "run_all", lambda *a, **k: {"steps": 2})
+    with pytest.raises(FileNotFoundError, match="wrote no adapter"):
+        course.train_tiny_adapter(_tiny_kit(tmp_path))
 
 
 def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):

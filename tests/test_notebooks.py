@@ -135,8 +135,8 @@ def test_05_passes_its_drive_checkpoint_and_resume_parameters_to_the_kit():
 def test_06_evaluates_exports_and_shares():
     nb = _read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    for call in ("pass_at_k_before_after(", "course.print_before_after(", "pass_at_k=pass_k", "course.empty_folder(",
-                 "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "course.push_to_hub("):
+    for call in ("pass_at_k_before_after(", "evaluation.show_side_by_side(", "pass_at_k=pass_k", "sharing.fresh_folder(",
+                 "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "sharing.push_folder("):
         assert call in code, f"06 should call {call}"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", code + _markdown(nb)), "never a token in a notebook"
 
@@ -168,12 +168,15 @@ def _keywords(code: str, call: str) -> set[str]:
 REAL_API = {
     "02_load_model": ("FastLanguageModel.from_pretrained(", "FastLanguageModel.get_peft_model(", "get_peft_model(model, LoraConfig(",
                       "AutoModelForCausalLM.from_pretrained("),
+    "03_data": ("data.training_questions(", "AutoTokenizer.from_pretrained(", "data.prompt_token_length(",
+                "data.filter_long_prompts("),
     "04_rewards": ("def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs)", "answers_match(",
                    "def my_strict_format_reward(", "course.compare_rewards(", "course.save_rewards(["),
     "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "pipeline.kit_callbacks(state)",
                  "course.load_rewards(", "pipeline.start(", "pipeline.finish("),
     "06_evaluate_and_save": ("model.fast_generate(", "lora_request=model.load_lora(", "model.save_lora(",
-                             "model.save_pretrained(", "sharing.export_merged(", "course.push_to_hub("),
+                             "model.save_pretrained(", "sharing.export_merged(", "sharing.push_folder(",
+                             "evaluation.load_for_eval(", "evaluation.before_after(", "evaluation.write_eval("),
 }
 
 
@@ -378,5 +381,5 @@ def test_06_stands_alone(out_dir, tmp_path):
     nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"), PASS_K_SAMPLES=PASS_K_SAMPLES,
                   TRAIN_IF_MISSING=True)
     text = _text(nb)
-    assert "run 05_train first, or set TRAIN_IF_MISSING=True" in text
+    assert "No trained adapter found" in text and "TRAIN_IF_MISSING=True: training a tiny run" in text
     _check_eval_outputs(tmp_path / "fresh-run")

@@ -67,6 +67,19 @@ def test_gguf_on_cpu_says_where_it_works(trained, tmp_path):
     assert not (tmp_path / "gguf").exists()
 
 
+def test_a_folder_holding_files_is_replaced_only_when_asked(tmp_path, capsys):
+    """06 saves its final adapter into sharing.fresh_folder: what a user put there is never deleted silently."""
+    target = tmp_path / "final_adapter"
+    target.mkdir()
+    (target / "my_notes.txt").write_text("keep me")
+    with pytest.raises(sharing.SharingError, match="already exists and is not empty"):
+        sharing.fresh_folder(target, overwrite=False)
+    assert (target / "my_notes.txt").read_text() == "keep me"
+    assert sharing.fresh_folder(target, overwrite=True) == target
+    assert "overwrite=True: replacing" in capsys.readouterr().out
+    assert not target.exists() and target.parent.is_dir()
+
+
 # ------------------------------------------------------------------------------------------ token
 
 
@@ -137,9 +150,3 @@ def test_push_refuses_empty_folders_and_bad_repo_ids(tmp_path):
     (tmp_path / "x" / "f").write_text("1")
     with pytest.raises(sharing.SharingError, match="your-username/model-name"):
         sharing.push_folder(tmp_path / "x", "no-slash", token=FAKE_TOKEN, api=FakeApi())
-
-
-def test_unsloth_push_needs_the_gpu_model(trained):
-    model, tokenizer = trained
-    with pytest.raises(sharing.SharingError, match="GPU path"):
-        sharing.push_unsloth(model, tokenizer, "a/b", token=FAKE_TOKEN)

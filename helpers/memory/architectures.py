@@ -93,8 +93,9 @@ MODELS: dict[str, ModelArch] = {
     "smollm2-135m": _arch("SmolLM2-135M", 576, 30, 9, 3, 1536, 49152, True),
 }
 
-# GPU memory as PyTorch reports it (GiB). T4: measured by Unsloth's CI (field notes §7); the others are the
-# card's nvidia-smi size less the same ~0.45 GiB the T4 loses (ASSUMPTION, not measured here).
+# GPU memory as PyTorch reports it (GiB). T4: measured by Unsloth's T4 CI (unslothai/unsloth
+# .github/scripts/kaggle_t4_ci/legs.py); the others are the card's nvidia-smi size less the same ~0.45 GiB the T4
+# loses (ASSUMPTION, not measured here).
 GPUS: dict[str, float] = {"t4": 14.56, "l4": 22.0, "a10g": 22.0, "a100-40": 39.4, "a100-80": 79.1, "h100": 79.1}
 GPU_ALIASES = {"a100": "a100-40", "a100-40gb": "a100-40", "a100-80gb": "a100-80", "h100-80": "h100"}
 

@@ -1,24 +1,33 @@
-"""Notebook-sized steps of the course: each function is one cell's worth of work, so notebooks stay narrative.
+"""What a lesson shows that no library call does: the environment report, memory tables, plots, reward
+comparisons, a few printed tables. Everything else the lessons call by its real name (helpers.data,
+helpers.evaluation, helpers.sharing, helpers.run.pipeline, ...), so the notebook shows the call a project would make.
 
-01 environment_report; 02 memory_snapshot / nvidia_smi / show_untrained_answers / plot_predicted_memory;
-03 load_tokenizer / course_dataset / prompt_lengths / plot_prompt_lengths; 05 train_run (resumes by default) /
-RssSampler / plot_training; 06 find_adapter / ensure_adapter / load_for_eval /
-evaluate_before_after / write_eval / save_final_adapter (never deletes silently) / list_folder /
-attach_trained_adapter.
-The training itself is helpers.run.pipeline's named steps; the rewards playground is in helpers.teaching.reward_lab.
+01 environment_report / show_guards / print_preset; 02 memory_snapshot / print_memory / plot_predicted_memory /
+show_untrained_answers; 03 plot_prompt_lengths; 04 compare_rewards / save_rewards; 05 load_rewards / describe_config
+/ RssSampler / run_files; 06 train_tiny_adapter (no adapter anywhere) / print_pass_at_k / list_folder.
+The rewards playground is in helpers.teaching.reward_lab.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import inspect
 import json
-import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+from helpers import memory
+from helpers import runtime as rt
+from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_preset, precision_flags
+from helpers.data import heldout_questions
 from helpers.memory.monitor import process_rss_gb
+from helpers.model import ModelSetupError, embedded_gguf_path, generate
+from helpers.notebook_setup import is_adapter
+from helpers.run.guard import need_free_gb
+from helpers.rewards import score_completion
 from helpers.runtime import GIB  # GB in this kit means GiB (2**30 bytes), as the memory model and runtime report
 
 # ------------------------------------------------------------------------------------------- 01 setup
@@ -42,8 +51,6 @@ def environment_report(kit) -> dict:
         "versions": versions,
     }
     if kit.preset.backend == "cpu":
-        from helpers.model import ModelSetupError, embedded_gguf_path
-
         try:
             report["embedded_model"] = str(embedded_gguf_path())
         except ModelSetupError as err:
@@ -56,6 +63,35 @@ def environment_report(kit) -> dict:
     if "embedded_model" in report:
         print(f"embedded model: {report['embedded_model']}")
     return report
+
+
+def show_guards() -> None:
+    """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
+    t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)
+    cases = [
+        ("Colab with no GPU attached", rt.fake_runtime("cpu", on_colab=True), {}),
+        ("t4 preset on a laptop without a GPU", rt.fake_runtime("cpu"), {"want_gpu": True}),
+        ("T4 with bf16 forced", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "precision": "bf16"}),
+        ("T4 with 3 GB free (an earlier model still loaded)", rt.fake_runtime("t4", on_colab=True, free_gpu_gb=3.0),
+         {"want_gpu": True, "need_free_gb": t4_need}),
+        ("T4, fresh session", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "need_free_gb": t4_need}),
+    ]
+    for label, runtime, kwargs in cases:
+        try:
+            rt.check(runtime, **kwargs)
+            verdict = "OK - precision flags " + str(precision_flags(runtime))
+        except rt.RuntimeProblem as err:
+            verdict = f"STOP - {err}"
+        print(f"* {label}:\n    {verdict}")
+
+
+def print_preset(preset) -> None:
+    """The preset's fields, grouped by where they take effect (helpers.config), with the prompts per step."""
+    for group, names in (("model", MODEL_FIELDS), ("data", DATA_FIELDS), ("GRPO", GRPO_CONFIG_FIELDS)):
+        print(f"[{group}]")
+        for name in names:
+            print(f"  {name:<30} {getattr(preset, name)!r}")
+    print(f"  {'(prompts per step)':<30} {preset.prompts_per_step}")
 
 
 # ------------------------------------------------------------------------------------------- 02 memory
@@ -110,8 +146,6 @@ def print_memory(snapshots: list[dict]) -> None:
 def plot_predicted_memory(kit, budget_gb: float | None = None):
     """The predicted GPU memory breakdown for the t4 preset (helpers.memory), against budget_gb (default: the
     t4 preset's, memory.T4_BUDGET_GB)."""
-    from helpers import memory
-
     budget_gb = memory.T4_BUDGET_GB if budget_gb is None else budget_gb
     on_card = kit.runtime.has_gpu and kit.preset.name == "t4"
     gpu = kit.runtime.total_gpu_gb if on_card else "t4"
@@ -124,10 +158,7 @@ def plot_predicted_memory(kit, budget_gb: float | None = None):
 
 def show_untrained_answers(model, tokenizer, kit, n: int = 3) -> list[dict]:
     """Greedy answers of the model as loaded to n held-out questions, with every reward's score."""
-    from helpers.model import generate
-    from helpers.rewards import score_completion
-
-    rows = heldout_rows(kit.preset, n)
+    rows = heldout_questions(kit.preset, n)
     completions = generate(model, tokenizer, [r["prompt"] for r in rows], kit.preset, greedy=True)
     shown = []
     for row, completion in zip(rows, completions):
@@ -141,38 +172,6 @@ def show_untrained_answers(model, tokenizer, kit, n: int = 3) -> list[dict]:
 
 
 # ------------------------------------------------------------------------------------------- 03 data
-
-
-def load_tokenizer(preset):
-    """The preset's tokenizer without the model: the embedded one on CPU, the Hub one on GPU."""
-    from transformers import AutoTokenizer
-
-    if preset.backend == "cpu":
-        from helpers.model import prepare_embedded_model
-
-        return AutoTokenizer.from_pretrained(prepare_embedded_model())
-    return AutoTokenizer.from_pretrained(preset.model_name)
-
-
-def course_dataset(preset, limit: int | None = None):
-    """The preset's training questions (helpers.data.training_questions: what helpers.train trains on)."""
-    from helpers.data import training_questions
-
-    return training_questions(preset, limit)
-
-
-def heldout_rows(preset, n: int | None = None) -> list[dict]:
-    """The held-out questions helpers.train evaluates on (helpers.data.heldout_questions), first n of them."""
-    from helpers.data import heldout_questions
-
-    return heldout_questions(preset, n)
-
-
-def prompt_lengths(dataset, tokenizer) -> list[int]:
-    """Prompt length in tokens (chat template applied) for every row."""
-    from helpers.data import prompt_token_length
-
-    return [prompt_token_length(tokenizer, row["prompt"]) for row in dataset]
 
 
 def plot_prompt_lengths(lengths: list[int], limit: int, path=None, title: str = "Prompt lengths"):
@@ -191,6 +190,9 @@ def plot_prompt_lengths(lengths: list[int], limit: int, path=None, title: str = 
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+# ------------------------------------------------------------------------------------------- 04 rewards
 
 
 def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, float, float]]:
@@ -213,9 +215,6 @@ def compare_rewards(pairs, completions: dict, answer) -> list[tuple[str, str, fl
     return differences
 
 
-# ------------------------------------------------------------------------------------------- 05 train
-
-
 REWARD_FILE = "my_rewards.py"  # in RUN_DIR: 04 writes the student's rewards there, 05 trains with them
 REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.teaching.course.save_rewards). 05 trains with '
                  'them."""\nimport math\nimport re\n\nfrom helpers.rewards import answer_of, answers_match, '
@@ -225,8 +224,6 @@ REWARD_HEADER = ('"""Reward functions written in notebook 04 (saved by helpers.t
 def save_rewards(funcs, run_dir) -> Path | None:
     """Write the source of the reward functions defined in a notebook to RUN_DIR/my_rewards.py, so 05 can train
     with them. A name that is not defined yet (a skipped exercise) is reported and left out, never an error."""
-    import inspect
-
     sources = []
     for fn in funcs:
         if not callable(fn):
@@ -245,10 +242,11 @@ def save_rewards(funcs, run_dir) -> Path | None:
     return path
 
 
+# ------------------------------------------------------------------------------------------- 05 train
+
+
 def load_rewards(run_dir) -> list:
     """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with a note when there are none)."""
-    import importlib.util
-
     path = Path(run_dir) / REWARD_FILE
     if not path.is_file():
         print(f"[grpo-kit] no {REWARD_FILE} in {run_dir}: training with the kit's rewards only (04's last exercise "
@@ -263,12 +261,11 @@ def load_rewards(run_dir) -> list:
     return funcs
 
 
-
 class RssSampler:
     """Samples this process's RSS every `interval` seconds in a background thread (a CPU stand-in for GPU memory).
 
         with RssSampler() as rss:
-            summary = pipeline.run_all(preset)
+            trainer.train()
         rss.samples  # [(seconds since start, GB), ...]
     """
 
@@ -301,7 +298,7 @@ class RssSampler:
 
 def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
               checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
-    """Every step of helpers.train (helpers.run.pipeline.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
+    """Every step of the pipeline (helpers.run.pipeline.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
     returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
@@ -321,20 +318,6 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
                                **{k: v for k, v in given.items() if v is not None})
     preset = kit.preset.with_overrides(**changes) if changes else kit.preset
     return pipeline.run_all(preset, options, reward_funcs=reward_funcs)
-
-
-def plot_training(rows: list[dict], path=None, rss_samples=None, title: str = "GRPO training"):
-    """The dashboard's figure (helpers.run.dashboard.plot_dashboard) for a finished run, kept open for the notebook.
-
-    When the run logged no memory/* keys, the memory panel shows rss_samples (RssSampler: seconds since the run
-    started, GB) instead. Returns the figure; saves it to path if given.
-    """
-    from helpers.run.dashboard import plot_dashboard
-
-    fig = plot_dashboard(rows, title=title, rss_samples=rss_samples)
-    if path is not None:
-        fig.savefig(path, dpi=100)
-    return fig
 
 
 def describe_config(kit, config) -> list[tuple[str, object, str]]:
@@ -365,69 +348,26 @@ def describe_config(kit, config) -> list[tuple[str, object, str]]:
     return rows
 
 
+def run_files(run_dir) -> list[str]:
+    """What a run folder holds (for printing)."""
+    run_dir = Path(run_dir)
+    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file() and "trainer" not in p.parts)
+
+
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
-MISSING_ADAPTER = (
-    "No trained adapter at {path}: run 05_train first, or set TRAIN_IF_MISSING=True "
-    "(this notebook then trains a tiny run itself)."
-)
 
-
-def find_adapter(run_dir) -> Path | None:
-    """run_dir/adapter if it holds a saved LoRA adapter, else None."""
-    path = Path(run_dir) / "adapter"
-    if (path / "adapter_config.json").is_file() and any(path.glob("adapter_model.*")):
-        return path
-    return None
-
-
-def ensure_adapter(kit, train_if_missing: bool = True, tiny_steps: int = 2, tiny_eval_size: int = 4) -> Path:
-    """The adapter saved by 05_train under kit.run_dir; if missing, say so and (if allowed) train a tiny run there."""
-    adapter = find_adapter(kit.run_dir)
-    if adapter is not None:
-        print(f"[grpo-kit] using the adapter saved by 05_train: {adapter}")
-        return adapter
-    message = MISSING_ADAPTER.format(path=Path(kit.run_dir) / "adapter")
-    if not train_if_missing:
-        raise FileNotFoundError(message)
-    steps = min(tiny_steps, kit.preset.max_steps)
-    print(f"[grpo-kit] {message}\n[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) now; "
-          "it shows the mechanics, not a trained model.")
-    train_run(kit, max_steps=steps, eval_size=min(tiny_eval_size, kit.preset.eval_size))
-    adapter = find_adapter(kit.run_dir)
-    if adapter is None:
-        raise FileNotFoundError(f"the tiny run finished but wrote no adapter under {kit.run_dir}")
+def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4) -> Path:
+    """06 with no adapter anywhere and TRAIN_IF_MISSING = True: a tiny run into kit.run_dir (train_run), so the rest
+    of the notebook runs. Its numbers show the mechanics, not a trained model."""
+    steps = min(steps, kit.preset.max_steps)
+    print(f"[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) now; it shows the mechanics, "
+          "not a trained model.")
+    train_run(kit, max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
+    adapter = Path(kit.run_dir) / "adapter"
+    if not is_adapter(adapter):
+        raise FileNotFoundError(f"the tiny run finished but wrote no adapter in {adapter}")
     return adapter
-
-
-def load_for_eval(kit, adapter_path):
-    """(model, tokenizer) able to answer with and without the trained adapter (helpers.evaluation.load_for_eval)."""
-    from helpers.evaluation import load_for_eval as load
-
-    return load(kit.preset, adapter_path, kit.runtime)
-
-
-def evaluate_before_after(model, tokenizer, kit, adapter_path, rows=None) -> dict:
-    """helpers.evaluation.before_after on the preset's held-out rows (or `rows`)."""
-    from helpers.evaluation import before_after
-
-    rows = heldout_rows(kit.preset) if rows is None else rows
-    return before_after(model, tokenizer, rows, kit.preset, adapter_path)
-
-
-def write_eval(result: dict, path, settings=None, pass_at_k: dict | None = None) -> Path:
-    """Save the before/after evaluation (and sampled pass@k, if measured) as eval.json, in the same layout
-    helpers.train and helpers.evaluate write."""
-    from helpers.evaluation import eval_report, write_eval as write_report
-
-    return write_report(path, eval_report(result["before"], result["after"], settings, pass_at_k=pass_at_k))
-
-
-def print_before_after(result: dict, n_samples: int = 2) -> None:
-    """Headline numbers and the first answers side by side (an HTML table in a notebook)."""
-    from helpers.evaluation import show_side_by_side
-
-    show_side_by_side(result["before"], result["after"], limit=n_samples)
 
 
 def print_pass_at_k(pass_k: dict | None) -> None:
@@ -442,51 +382,6 @@ def print_pass_at_k(pass_k: dict | None) -> None:
         print(f"  {key:<8} before {before[key]:.3f}   after {after[key]:.3f}")
 
 
-def push_to_hub(folder, repo_id) -> str | None:
-    """Upload an exported folder to the Hub when a repo is named and a token is present; otherwise say why not.
-
-    The token comes from Colab's secrets or $HF_TOKEN (helpers.sharing.hf_token) and is never printed."""
-    from helpers import sharing
-
-    if not repo_id:
-        print("HUB_REPO is None: nothing uploaded. To share the model, set HUB_REPO = \"your-name/model-name\" and "
-              "add your token as the HF_TOKEN secret (Colab key icon) or environment variable.")
-        return None
-    try:
-        token = sharing.hf_token()
-    except sharing.MissingTokenError as err:
-        print(f"Not uploading to {repo_id}: {err}")
-        return None
-    return sharing.push_folder(folder, repo_id, token=token)
-
-
-def save_final_adapter(model, tokenizer, kit, adapter_path, target, overwrite: bool = False) -> Path:
-    """Save the trained LoRA adapter to `target` and list its files: megabytes, not the whole model.
-
-    A folder that already holds files is never deleted silently: helpers.sharing refuses (SharingError, with the
-    fix) unless overwrite=True, and then says what it replaces.
-    CPU: the peft model holds the trained adapter, so it is saved with helpers.sharing.save_adapter.
-    GPU: the trained weights live in the folder vLLM reads (model.save_lora wrote it), so that folder is copied.
-    """
-    from helpers import sharing
-
-    target = Path(target)
-    if kit.preset.backend == "cpu":
-        sharing.save_adapter(model, tokenizer, target, overwrite=overwrite)
-    else:
-        target = sharing.fresh_folder(target, overwrite)
-        shutil.copytree(adapter_path, target, dirs_exist_ok=True)
-    list_folder(target, "(the base model is not in here: load it, then the adapter)")
-    return target
-
-
-def empty_folder(target, overwrite: bool = False) -> Path:
-    """A folder to save into (helpers.sharing.fresh_folder: one that holds files is refused unless overwrite=True)."""
-    from helpers import sharing
-
-    return sharing.fresh_folder(target, overwrite)
-
-
 def list_folder(folder, note: str = "") -> None:
     """Print the files of a folder with their sizes (MB) and the total."""
     total = 0
@@ -496,61 +391,3 @@ def list_folder(folder, note: str = "") -> None:
             total += size
             print(f"  {str(f.relative_to(folder)):<36} {size / 1e6:9.2f} MB")
     print(f"  {'total':<36} {total / 1e6:9.2f} MB  {note}".rstrip())
-
-
-def attach_trained_adapter(model, adapter_path) -> None:
-    """GPU path: copy the trained LoRA weights saved in adapter_path into the in-memory peft model, so a merged or
-    GGUF export through Unsloth contains the training (load_for_eval loads the base model with a fresh adapter;
-    vLLM gets the trained one per request). Not needed on the CPU path (load_cpu loads the adapter itself).
-    Not yet run on a GPU."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = Path(adapter_path) / "adapter_model.safetensors"
-    result = set_peft_model_state_dict(model, load_file(str(weights)))
-    unexpected = getattr(result, "unexpected_keys", None) or []
-    if unexpected:
-        raise RuntimeError(f"the adapter in {adapter_path} does not match the loaded model ({len(unexpected)} "
-                           f"unexpected keys, e.g. {unexpected[0]}): was it trained with another preset?")
-    print(f"[grpo-kit] loaded the trained adapter weights from {weights} into the model for export")
-
-
-def run_files(run_dir) -> list[str]:
-    """What a run folder holds (for printing)."""
-    run_dir = Path(run_dir)
-    return sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file() and "trainer" not in p.parts)
-
-
-def show_guards() -> None:
-    """What the runtime guard says on machines we are not on (simulated with helpers.runtime.fake_runtime)."""
-    from helpers import runtime as rt
-    from helpers.run.guard import need_free_gb
-    from helpers.config import get_preset, precision_flags
-
-    t4_need = round(need_free_gb(get_preset("t4"), rt.fake_runtime("t4")), 2)
-    cases = [
-        ("Colab with no GPU attached", rt.fake_runtime("cpu", on_colab=True), {}),
-        ("t4 preset on a laptop without a GPU", rt.fake_runtime("cpu"), {"want_gpu": True}),
-        ("T4 with bf16 forced", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "precision": "bf16"}),
-        ("T4 with 3 GB free (an earlier model still loaded)", rt.fake_runtime("t4", on_colab=True, free_gpu_gb=3.0),
-         {"want_gpu": True, "need_free_gb": t4_need}),
-        ("T4, fresh session", rt.fake_runtime("t4", on_colab=True), {"want_gpu": True, "need_free_gb": t4_need}),
-    ]
-    for label, runtime, kwargs in cases:
-        try:
-            rt.check(runtime, **kwargs)
-            verdict = "OK - precision flags " + str(precision_flags(runtime))
-        except rt.RuntimeProblem as err:
-            verdict = f"STOP - {err}"
-        print(f"* {label}:\n    {verdict}")
-
-
-def print_preset(preset) -> None:
-    """The preset's fields, grouped by where they take effect (helpers.config), with the prompts per step."""
-    from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS
-
-    for group, names in (("model", MODEL_FIELDS), ("data", DATA_FIELDS), ("GRPO", GRPO_CONFIG_FIELDS)):
-        print(f"[{group}]")
-        for name in names:
-            print(f"  {name:<30} {getattr(preset, name)!r}")
-    print(f"  {'(prompts per step)':<30} {preset.prompts_per_step}")
