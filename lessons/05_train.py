@@ -227,8 +227,9 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # `KEEP` stay. If the session dies, **run this cell again with the same `RUN_DIR`**: the run resumes from its last
 # complete checkpoint (a half-written one is set aside, never loaded). On Colab a disconnect wipes the disk, so set
 # `USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is never
-# retrained silently: `start` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which says what it
-# replaces).
+# retrained silently: to train it longer, raise `MAX_STEPS` and run the notebook again (it continues from the
+# checkpoint of its last step); otherwise `start` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which
+# says what it replaces).
 #
 # After training, `helpers.run.pipeline.finish` saves the adapter, evaluates the same held-out questions again, and writes
 # the plots and `summary.json`.

@@ -164,10 +164,43 @@ def test_resume_refusals(tmp_path):
     with pytest.raises(RunDirError, match="no config.json"):
         plan_run_folder(stranger, "cpu", overwrite=False, config=CONFIG)
     assert (stranger / "metrics.jsonl").read_text() == "mine"
-    (run / "summary.json").write_text("{}")
+    (run / "summary.json").write_text('{"steps": 3}')  # finished at its max_steps (3)
     with pytest.raises(RunDirError, match="finished run"):
         plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
     assert len(ck.list_checkpoints(run / "trainer")) == 2  # nothing touched
+
+
+def _finished(tmp_path, steps: int, checkpoint: bool = True):
+    run = _unfinished(tmp_path, steps=(steps,) if checkpoint else ())
+    (run / "summary.json").write_text(json.dumps({"steps": steps, "after": {"accuracy": 0.5}}))
+    (run / "eval.json").write_text("{}")
+    return run
+
+
+def test_a_finished_run_continues_when_asked_for_more_steps(tmp_path, capsys):
+    run = _finished(tmp_path, steps=2)
+    plan = plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=4))
+    assert plan.continuing and plan.resume_from.step == 2
+    assert not (run / "summary.json").exists()  # finish() writes the extended run's
+    assert json.loads((run / "summary-step-2.json").read_text())["steps"] == 2 and (run / "eval-step-2.json").exists()
+    out = capsys.readouterr().out
+    assert "took 2 steps and max_steps is now 4" in out and "resuming from step 2" in out
+
+
+def test_a_finished_run_is_refused_when_it_cannot_or_should_not_continue(tmp_path):
+    run = _finished(tmp_path, steps=2)
+    for config, why in [(dict(CONFIG, max_steps=2), "raise --max-steps above 2"),  # the same command again
+                        (dict(CONFIG, max_steps=1), "raise --max-steps above 2"),
+                        (dict(CONFIG, max_steps=4, learning_rate=1e-3), "learning_rate")]:  # another recipe
+        with pytest.raises(RunDirError, match=why):
+            plan_run_folder(run, "cpu", overwrite=False, config=config)
+    with pytest.raises(RunDirError, match="finished run of 2 steps"):
+        plan_run_folder(run, "cpu", overwrite=False, resume=False, config=dict(CONFIG, max_steps=4))
+    assert (run / "summary.json").exists()  # nothing moved by a refusal
+    (tmp_path / "b").mkdir()
+    no_checkpoint = _finished(tmp_path / "b", steps=2, checkpoint=False)
+    with pytest.raises(RunDirError, match="without a checkpoint of that step"):
+        plan_run_folder(no_checkpoint, "cpu", overwrite=False, config=dict(CONFIG, max_steps=4))
 
 
 def test_overwrite_says_what_it_replaces(tmp_path, capsys):

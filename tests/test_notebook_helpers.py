@@ -152,6 +152,14 @@ def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch
     assert "already holds a finished run" in capsys.readouterr().out
 
 
+def test_train_run_continues_a_finished_run_when_max_steps_is_raised(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.append(preset) or {})
+    (tmp_path / "summary.json").write_text('{"steps": 2}')
+    course.train_run(_tiny_kit(tmp_path), max_steps=4)
+    assert [p.max_steps for p in seen] == [4]  # helpers.run.folder then continues it from its step-2 checkpoint
+
+
 def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     def fake_run_all(preset, options, reward_funcs=None):
         seen.append(preset)

@@ -89,6 +89,16 @@ def test_sigkill_then_same_command_resumes_from_the_latest_complete_checkpoint(t
     assert again.returncode == 2 and "--overwrite" in again.stderr
     assert json.loads((run / "summary.json").read_text()) == summary
 
+    # The same command with a larger --max-steps continues the finished run from its last checkpoint.
+    longer = [a if a != "3" or cmd[i - 1] != "--max-steps" else "4" for i, a in enumerate(cmd)]
+    more = subprocess.run(longer, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "took 3 steps and max_steps is now 4" in more.stdout and "resuming from step 3" in more.stdout
+    extended = json.loads((run / "summary.json").read_text())
+    assert extended["steps"] == 4 and extended["resumed_from_step"] == 3
+    assert json.loads((run / "summary-step-3.json").read_text()) == summary
+    assert _steps(run / "metrics.jsonl") == [1, 2, 3, 4]
+
     # The saved adapter can be evaluated on its own, with sampled pass@k.
     ev = subprocess.run([sys.executable, "-m", "helpers.evaluate", "--run-dir", str(run), "--samples", "2"],
                         cwd=ROOT, capture_output=True, text=True, timeout=600)

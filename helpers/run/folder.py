@@ -21,7 +21,8 @@ class RunDirError(ValueError):
 
 # Settings that may change between a first start and its resume (they do not change what is trained).
 RESUMABLE_CHANGES = ("max_steps", "eval_size", "eval_max_new_tokens")
-RUN_FILES = ("summary.json", "metrics.jsonl", "adapter", "before.json", "config.json")
+SUMMARY_FILE = "summary.json"
+RUN_FILES = (SUMMARY_FILE, "metrics.jsonl", "adapter", "before.json", "config.json")
 CONFIG_FILE = "config.json"
 
 
@@ -90,7 +91,8 @@ def plan_run_folder(run_dir: Path | None, preset_name: str, overwrite: bool, res
                     checkpoint_dir: Path | None = None, config: dict | None = None) -> RunFolder:
     """Decide between a fresh start, a resume, and a refusal; create the run folder.
 
-    - a finished run (summary.json) is refused unless --overwrite;
+    - a finished run (summary.json) continues from its last checkpoint when max_steps is now larger (the same
+      command with a larger --max-steps), and is refused otherwise unless --overwrite;
     - an unfinished run (config.json but no summary.json) is resumed from its latest COMPLETE checkpoint
       (incomplete ones are named and moved aside), or restarted from step 0 when it has none; the settings
       must be the same as the first start's (except RESUMABLE_CHANGES);
@@ -104,11 +106,8 @@ def plan_run_folder(run_dir: Path | None, preset_name: str, overwrite: bool, res
     earlier = [n for n in RUN_FILES if (run_dir / n).exists()] + ([f"{len(ckpts)} checkpoint(s)"] if ckpts else [])
     if overwrite:
         return _overwrite(run_dir, ckpt_dir, ckpts, earlier)
-    if (run_dir / "summary.json").exists():
-        raise RunDirError(
-            f"--run-dir {run_dir} already holds a finished run ({', '.join(earlier)}). Fix: choose a new --run-dir, "
-            "or pass --overwrite to replace it."
-        )
+    if (run_dir / SUMMARY_FILE).exists():
+        return _extend(run_dir, ckpt_dir, ckpts, earlier, resume, config)
     if not earlier:
         if resume:
             raise RunDirError(f"--resume: {run_dir} holds no run to resume (no checkpoints in {ckpt_dir}).")
@@ -120,6 +119,36 @@ def plan_run_folder(run_dir: Path | None, preset_name: str, overwrite: bool, res
             "leave out --no-resume to continue it, choose a new --run-dir, or pass --overwrite to start it over."
         )
     _refuse_another_recipe(run_dir, ckpt_dir, earlier, config)
+    return _continue(run_dir, ckpt_dir, ckpts)
+
+
+def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resume: bool | None,
+            config: dict | None) -> RunFolder:
+    """A finished run continues only when asked for more steps than it took (the same command with a larger
+    --max-steps, or MAX_STEPS in the notebook), from the checkpoint its last step wrote; anything else is refused
+    with the fix. Its summary.json and eval.json are kept beside the new ones as <name>-step-N.json."""
+    finished = json.loads((run_dir / SUMMARY_FILE).read_text()).get("steps", 0)
+    wanted = (config or {}).get("max_steps", 0)
+    if resume is False or wanted <= finished:
+        more = f", or raise --max-steps above {finished} to continue it" if resume is not False else ""
+        raise RunDirError(
+            f"--run-dir {run_dir} already holds a finished run of {finished} steps ({', '.join(earlier)}). Fix: "
+            f"choose a new --run-dir, pass --overwrite to replace it{more}."
+        )
+    _refuse_another_recipe(run_dir, ckpt_dir, earlier, config)
+    last = ck.latest_complete(ckpt_dir)
+    if last is None or last.step != finished:
+        raise RunDirError(
+            f"--run-dir {run_dir} finished at step {finished} without a checkpoint of that step (it ran with "
+            "--save-steps 0, or the checkpoint was removed), so it cannot be continued. Fix: choose a new --run-dir, "
+            "or pass --overwrite to train from step 0."
+        )
+    ck.say(f"the finished run in {run_dir} took {finished} steps and max_steps is now {wanted}: continuing it")
+    for name in (SUMMARY_FILE, "eval.json"):
+        if (run_dir / name).exists():
+            kept = run_dir / f"{Path(name).stem}-step-{finished}.json"
+            (run_dir / name).replace(kept)
+            ck.say(f"{name} of the first {finished} steps kept as {kept.name}")
     return _continue(run_dir, ckpt_dir, ckpts)
 
 

@@ -302,21 +302,24 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
-    complete checkpoint (helpers.run.folder.plan_run_folder), and a finished run is shown, not retrained. overwrite=True
+    complete checkpoint (helpers.run.folder.plan_run_folder); a finished run is shown, not retrained, unless
+    max_steps is now larger (then it continues from its last checkpoint). overwrite=True
     (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
     are helpers.run.pipeline.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
     from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
 
     target = Path(run_dir or kit.run_dir)
-    if not overwrite and (target / "summary.json").is_file():
+    preset = kit.preset.with_overrides(**changes) if changes else kit.preset
+    finished = json.loads((target / "summary.json").read_text()) if (target / "summary.json").is_file() else None
+    if not overwrite and finished is not None and finished.get("steps", 0) >= preset.max_steps:
         print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
-              "again, choose another RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
-        return json.loads((target / "summary.json").read_text())
+              "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "
+              "RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
+        return finished
     given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
     options = pipeline.RunOptions(run_dir=target, overwrite=overwrite,
                                **{k: v for k, v in given.items() if v is not None})
-    preset = kit.preset.with_overrides(**changes) if changes else kit.preset
     return pipeline.run_all(preset, options, reward_funcs=reward_funcs)
 
 
