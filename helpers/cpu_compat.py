@@ -8,6 +8,8 @@ the same way: a plain-PyTorch function with the kernel's signature. On a GPU not
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -88,7 +90,6 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temper
 
     The prompt's keys/values keep their gradient and are copied to the group's completions, so backward sums the
     group's gradients through one prompt pass. Returns None when the batch is not prompt groups (use TRL's)."""
-    import torch
     from transformers import DynamicCache
     from trl.trainer import utils as trl_utils
 
@@ -152,8 +153,6 @@ class Bf16Sampler:
     from that config generates without a KV cache (every token re-reads the whole sequence: 9x slower, measured)."""
 
     def __init__(self, peft_model):
-        import copy
-
         from transformers import AutoModelForCausalLM
 
         self.source = peft_model

@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
+
+from helpers.config import Preset, get_preset
+from helpers.data import heldout_questions
+from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
+                                side_by_side_text, write_eval)
 
 
 def preset_from_run(run_dir, **overrides):
     """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
-    from dataclasses import fields as dataclass_fields
-
-    from helpers.config import Preset, get_preset
-
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
@@ -34,10 +36,6 @@ def preset_from_run(run_dir, **overrides):
 def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
                  eval_max_new_tokens: int | None = None) -> dict:
     """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
-    from helpers.data import heldout_questions
-    from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
-                                    side_by_side_text, write_eval)
-
     run_dir = Path(run_dir)
     preset = preset_from_run(run_dir, eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens)
     adapter = Path(adapter) if adapter is not None else run_dir / "adapter"

@@ -6,10 +6,13 @@ answers_match, so "what counts as correct" is defined once for training and eval
 
 from __future__ import annotations
 
+import html
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from helpers.model import generate, has_vllm_engine
+from helpers import runtime as rt
+from helpers.model import generate, has_vllm_engine, load, load_cpu
 from helpers.prompts import extract_answer
 from helpers.rewards import answers_match, strict_format_reward
 
@@ -53,9 +56,6 @@ def load_for_eval(preset, adapter_path, runtime=None):
     CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
     GPU: Unsloth's model with vLLM; the adapter is passed per request (lora_path).
     """
-    from helpers import runtime as rt
-    from helpers.model import load, load_cpu
-
     if preset.backend == "cpu":
         return load_cpu(preset, adapter_path=adapter_path)
     return load(preset, runtime or rt.detect())
@@ -172,8 +172,6 @@ def pass_at_k_summary(correct_counts: list[int], n: int, ks=None) -> dict:
 def sample_answers(model, tokenizer, rows: list[dict], settings, n: int, lora_path=None) -> list[list[str]]:
     """n sampled (temperature) completions per question: one generate() round per sample, each with its own
     seed (vLLM seeds every request with settings.seed, so repeating a prompt in one round would repeat it)."""
-    from dataclasses import replace
-
     rounds = []
     for j in range(n):
         s = replace(settings, seed=settings.seed + 1000 + j)
@@ -251,8 +249,6 @@ def side_by_side_text(before: dict, after: dict, limit: int | None = 5, width: i
 
 def side_by_side_html(before: dict, after: dict, limit: int | None = 5) -> str:
     """An HTML table: question, gold answer, the answer before and after (green right, red wrong)."""
-    import html
-
     def cell(text, ok):
         color = "#e6f4e6" if ok else "#fbe9e9"
         return (f"<td style='background:{color};text-align:left;white-space:pre-wrap;vertical-align:top'>"

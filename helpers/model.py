@@ -13,7 +13,9 @@ import functools
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -197,8 +199,6 @@ def has_vllm_engine(model) -> bool:
 
 def vllm_disabled_reason() -> str | None:
     """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
-    import sys
-
     fixes = sys.modules.get("unsloth.import_fixes")
     return getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
 
@@ -230,8 +230,6 @@ def loaded_vllm_engine():
 
 
 def _remember_engine(model) -> None:
-    import weakref
-
     global _LOADED_ENGINE
     engine = getattr(model, "vllm_engine", None)
     if engine is None:

@@ -15,12 +15,14 @@ can run *before* the pinned stack (which replaces Colab's torch) is installed.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 # The kit's GitHub owner/name. scripts/set_repo.py changes it here and in every badge and clone URL;
@@ -31,7 +33,8 @@ COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted 
 COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
 DEFAULT_RUN_DIR = "runs/course"
 
-# helpers.runtime imports torch only inside detect(), so this is safe before the Colab install.
+# helpers.runtime (and helpers.model, which it imports) load torch only inside functions: safe before the Colab install.
+from helpers import runtime as rt  # noqa: E402
 from helpers.runtime import on_colab  # noqa: E402  (re-exported for the setup cell)
 
 # The setup cell, one text for every notebook (scripts/make_notebooks.py writes it). Only the part that must run
@@ -162,8 +165,6 @@ def read_pins(path: str | os.PathLike) -> dict[str, tuple[str, bool]]:
 
 
 def installed_version(name: str) -> str | None:
-    from importlib import metadata
-
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -220,8 +221,6 @@ def pip_install(requirements: Path, pins: dict) -> None:
 
 def _stale_imports(changed: set[str]) -> list[str]:
     """Modules imported in this process whose distribution changed version: they need a fresh process."""
-    from importlib import metadata
-
     canon = {n.lower().replace("_", "-") for n in changed}
     owners = metadata.packages_distributions()
     return sorted(module for module in {m.split(".")[0] for m in list(sys.modules)}
@@ -352,8 +351,6 @@ def is_adapter(folder: str | os.PathLike) -> bool:
 
 
 def adapter_base_model(folder: str | os.PathLike) -> str | None:
-    import json
-
     try:
         return json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
     except (OSError, ValueError):
@@ -445,7 +442,7 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
     Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
     """
-    from helpers import runtime as rt  # this module imports only the standard library until the install is done
+    # here, not at the top: this module imports only the standard library (and helpers.runtime) until the install
     from helpers.config import get_preset, precision_flags
     from helpers.run import guard
 

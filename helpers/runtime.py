@@ -11,6 +11,8 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 
+from helpers.model import import_unsloth  # the standard library only at import; it imports Unsloth when called
+
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
 GIB = 1024**3
@@ -123,9 +125,7 @@ def start_gpu_process(backend: str | None) -> None:
         return
     configure_cuda_allocator()
     if backend == "unsloth" and _installed("unsloth"):
-        from helpers.model import import_unsloth  # the GPU stack: loaded only on this path
-
-        import_unsloth()
+        import_unsloth()  # the GPU stack: loaded only on this path
 
 
 def detect() -> Runtime:

@@ -13,9 +13,14 @@ upload call, and never printed, logged or written anywhere; error messages from 
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
+
+from helpers import data
+from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
 
 TOKEN_NAME = "HF_TOKEN"
 MISSING_TOKEN = (
@@ -50,8 +55,6 @@ def fresh_folder(path, overwrite: bool) -> Path:
 
 
 def _is_unsloth(model) -> bool:
-    from helpers.model import has_vllm_engine
-
     return hasattr(model, "save_pretrained_merged") or has_vllm_engine(model)
 
 
@@ -106,10 +109,6 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
     When the adapter in memory is untrained (every LoRA B zero, as right after loading the base model) the note
     says so: a mismatch then means the trained weights were never attached, not that saving failed.
     """
-    from dataclasses import replace
-
-    from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine
-
     note = None
     if adapter_is_untrained(model):
         note = ("the model in memory holds an untrained LoRA adapter (every lora_B is zero): this compares the base "
@@ -118,15 +117,11 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
         print(f"[grpo-kit] note: {note}")
     s = replace(settings, eval_max_new_tokens=max_new_tokens)
     if prompts is None:
-        from helpers import data
-
         prompts = [r["prompt"] for r in data.synthetic_problems(3, "heldout", seed=settings.seed)]
     if has_vllm_engine(model):
         original = generate(model, tokenizer, prompts, s, greedy=True, lora_path=LIVE_ADAPTER)
         reloaded = generate(model, tokenizer, prompts, s, greedy=True, lora_path=adapter_path)
     else:
-        from helpers.model import load_cpu
-
         original = generate(model, tokenizer, prompts, s, greedy=True)
         fresh, fresh_tok = load_cpu(settings, adapter_path=adapter_path)
         reloaded = generate(fresh, fresh_tok, prompts, s, greedy=True)
@@ -150,8 +145,6 @@ def export_merged(model, tokenizer, path, settings=None, adapter_path=None, over
     CPU (peft): the adapter is merged with merge_and_unload() into a COPY of the model (from adapter_path when
     given, else a deep copy), so the model in memory keeps its adapter; saved as `dtype` safetensors.
     """
-    import copy
-
     import torch
 
     path = fresh_folder(path, overwrite)
@@ -159,8 +152,6 @@ def export_merged(model, tokenizer, path, settings=None, adapter_path=None, over
         model.save_pretrained_merged(str(path), tokenizer, **merged_16bit_kwargs())
         return path
     if adapter_path is not None:
-        from helpers.model import load_cpu
-
         work, _ = load_cpu(settings, adapter_path=adapter_path)
     else:
         work = copy.deepcopy(model)

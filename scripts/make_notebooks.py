@@ -22,11 +22,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jupytext
 import nbformat
 
 KIT = Path(__file__).resolve().parents[1]  # where helpers/ and lessons/ are
 if str(KIT) not in sys.path:  # run as a file: helpers/ and scripts/ import from the kit's folder
     sys.path.insert(0, str(KIT))
+
+from helpers.config import PRESETS  # noqa: E402
+from scripts import make_student_notebooks as student  # noqa: E402
+
 REPO = KIT  # where the committed notebooks are compared and written (tests point it elsewhere)
 LESSONS = KIT / "lessons"
 PLACEHOLDER = re.compile(r"\{\{([\w-]+)\.(\w+)\}\}")
@@ -34,8 +39,6 @@ PLACEHOLDER = re.compile(r"\{\{([\w-]+)\.(\w+)\}\}")
 
 def fill_placeholders(text: str, where: str) -> str:
     """{{preset.field}} -> the preset's value (helpers.config.PRESETS)."""
-    from helpers.config import PRESETS
-
     def value(m):
         preset, field = m.group(1), m.group(2)
         if preset not in PRESETS or not hasattr(PRESETS[preset], field):
@@ -47,8 +50,6 @@ def fill_placeholders(text: str, where: str) -> str:
 
 def build_notebook(lesson: Path):
     """The instructor notebook of one lesson file."""
-    import jupytext
-
     nb = jupytext.reads(fill_placeholders(lesson.read_text(), lesson.name), fmt="py:percent")
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
@@ -75,8 +76,6 @@ def build_notebook(lesson: Path):
 
 def build(out_root: Path) -> list[Path]:
     """Write every lesson's instructor and student notebook under out_root/notebooks."""
-    from scripts import make_student_notebooks as student
-
     instructor_dir, student_dir = out_root / "notebooks", out_root / "notebooks" / "student"
     student_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -18,6 +18,7 @@ its first exercise.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import re
 import sys
@@ -54,8 +55,6 @@ def scaffold(body: str, task: str) -> list[str]:
     """The solution's skeleton: imports kept, each function's signature (and docstring) kept with a body that
     raises NotImplementedError, each top-level `name = ...` kept as a blank (`...`). So a skipped exercise leaves
     every name defined: its check says "not answered yet" and the cells after it still run."""
-    import ast
-
     lines = body.splitlines()
     tree = ast.parse(body)
     out = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from helpers.config import get_preset
 from helpers.memory.architectures import MemoryModelError, resolve_model
 from helpers.memory.estimate import COMPONENTS, MemoryEstimate, context_and_allocator_gb, settings_from_preset
 from helpers.runtime import GIB
@@ -194,8 +195,6 @@ def scale_out_settings(preset_or_name):
     weights inside gpu_memory_utilization x card (vllm_shares_weights=False); in server mode no engine is on the
     trainer GPU (engine 'hf'; pass server_mode=True to per_gpu_with_zero so no KV cache is counted).
     """
-    from helpers.config import get_preset
-
     preset = get_preset(preset_or_name) if isinstance(preset_or_name, str) else preset_or_name
     s = settings_from_preset(preset)
     if preset.backend != "trl-vllm":

@@ -23,6 +23,7 @@ that collapsed well below its best.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -181,8 +182,6 @@ def samples_from_trl_logs(logs, reward_weights=None, limit: int = 4) -> list[dic
 
 
 def samples_html(samples: list[dict]) -> str:
-    import html
-
     if not samples:
         return "<i>no completions yet</i>"
     names = list(samples[0]["rewards"])

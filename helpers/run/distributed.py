@@ -26,7 +26,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+# transformers' TrainerCallback loads torch, torch.distributed and accelerate anyway: these cost nothing more
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
+from transformers.integrations import is_deepspeed_zero3_enabled
 
 RANK_MARKERS_ENV = "GRPO_KIT_RANK_MARKERS"
 
@@ -60,9 +66,6 @@ def _init_process_group(cpu: bool | None = None):
     """accelerate's PartialState starts the process group the launcher described: gloo when training on the CPU
     (cpu=True, or no CUDA), NCCL on GPUs. TrainingArguments later resets and recreates the state; the process
     group itself is kept, so cpu must match what GRPOConfig will say (use_cpu)."""
-    import torch
-    from accelerate import PartialState
-
     if cpu is None:
         cpu = not torch.cuda.is_available()
     return PartialState(cpu=cpu)
@@ -78,8 +81,6 @@ def on_main_then_share(fn, info: ProcessInfo | None = None, cpu: bool | None = N
     info = info or process_info()
     if not info.distributed:
         return fn()
-    from accelerate.utils import broadcast_object_list
-
     _init_process_group(cpu)
     box = [None, None]
     if info.is_main:
@@ -95,18 +96,12 @@ def on_main_then_share(fn, info: ProcessInfo | None = None, cpu: bool | None = N
 
 def zero3_active() -> bool:
     """True once a GRPOConfig was built under an accelerate DeepSpeed ZeRO-3 config (parameters are sharded)."""
-    try:
-        from transformers.integrations import is_deepspeed_zero3_enabled
-    except ImportError:  # pragma: no cover
-        return False
     return bool(is_deepspeed_zero3_enabled())
 
 
 def wait_for_everyone(info: ProcessInfo | None = None) -> None:
     info = info or process_info()
     if info.distributed:
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
 
@@ -132,8 +127,6 @@ def save_adapter_once(trainer, model, tokenizer, path: Path, save, info: Process
 
 def _weights_checksum(model) -> tuple[float, int]:
     """(sum of |w| over trainable parameters, their count): equal on every rank when gradients were all-reduced."""
-    import torch
-
     total, count = 0.0, 0
     with torch.no_grad():
         for p in model.parameters():

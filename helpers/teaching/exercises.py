@@ -24,7 +24,10 @@ import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from helpers.memory import T4_BUDGET_GB
+from helpers.config import get_preset
+from helpers.evaluation import pass_at_k
+from helpers.memory import T4_BUDGET_GB, estimate
+from helpers.teaching.grpo_math import group_advantages
 
 _MISSING = object()
 
@@ -111,8 +114,6 @@ RIGHT_WRONG_CASES = [(1, 4), (3, 4), (2, 4), (1, 8), (7, 8), (4, 8), (1, 2), (2,
 def right_wrong_truth(n_right: int, group_size: int) -> tuple[float, float]:
     """(advantage of a right answer, of a wrong one) in a group of group_size completions of which n_right scored 1
     and the rest 0, by helpers.teaching.grpo_math.group_advantages (TRL's default scale_rewards='group')."""
-    from helpers.teaching.grpo_math import group_advantages
-
     adv = group_advantages([1.0] * n_right + [0.0] * (group_size - n_right))
     return (adv[0] if n_right else 0.0), (adv[-1] if n_right < group_size else 0.0)
 
@@ -225,8 +226,6 @@ QUESTIONS_CASES = [(40, 8, 4), (40, 8, 8), (250, 6, 6), (40, 8, 2), (100, 32, 8)
 
 def questions_truth(max_steps: int, completions_per_step: int, num_generations: int) -> int:
     """The prompts a run draws, from the kit's own Preset.prompts_per_step (one process, no accumulation)."""
-    from helpers.config import get_preset
-
     preset = get_preset("cpu").with_overrides(max_steps=max_steps, per_device_train_batch_size=completions_per_step,
                                               gradient_accumulation_steps=1, num_generations=num_generations)
     return preset.prompts_per_step * preset.max_steps
@@ -307,8 +306,6 @@ def _judge_brevity(fn):
 
 
 def _judge_advantages(fn):
-    from helpers.teaching.grpo_math import group_advantages
-
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: my_advantages, not my_advantages([...])")
     cases = [[4.0, 0.0, 2.5, 0.0], [1.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.5, 1.0, 4.0, 0.0, 0.0, 2.5]]
@@ -594,8 +591,6 @@ PASS_K_CASES = [(4, 0, 1), (4, 4, 2), (4, 1, 1), (4, 1, 2), (4, 1, 4), (10, 3, 5
 
 
 def _judge_pass_at_k(fn):
-    from helpers.evaluation import pass_at_k
-
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: my_pass_at_k, not my_pass_at_k(4, 1, 2)")
     for n, c, k in PASS_K_CASES:
@@ -634,8 +629,6 @@ LAB_STEP = 64
 
 
 def lab_fits(length: int):
-    from helpers.memory import estimate
-
     return estimate("t4", gpu="t4", budget_gb=LAB_BUDGET_GB, num_generations=LAB_GENERATIONS,
                     per_device_train_batch_size=LAB_GENERATIONS, max_completion_length=length)
 

@@ -23,7 +23,10 @@ tests/test_grpo_math.py checks these numbers against hand-computed ones and agai
 
 from __future__ import annotations
 
+import html
 import math
+
+from helpers.rewards import score_completion
 
 EPS = 1e-4  # TRL adds this to the std before dividing
 
@@ -145,8 +148,6 @@ EXAMPLE_COMPLETIONS = {
 def example_group() -> dict[str, float]:
     """{'<completion> (<label>)': total reward} for EXAMPLE_COMPLETIONS, scored by the kit's five rewards (never
     typed by hand: the one-line layouts miss the strict format, and the table must say so)."""
-    from helpers.rewards import score_completion
-
     return {f"{text} ({label})": sum(score_completion(text, EXAMPLE_GOLD).values())
             for label, text in EXAMPLE_COMPLETIONS.items()}
 
@@ -212,8 +213,6 @@ class AdvantageWidget:
     def _recompute(self):
         self.rows = explain_group(self.labels, self.rewards, self.scale)
         if self.output is not None:
-            import html
-
             self.output.value = f"<pre>{html.escape(self.text)}</pre>"
 
     def _ipython_display_(self):
