@@ -395,11 +395,18 @@ def generate_shared_prefix(model, input_ids, attention_mask, generation_config=N
 
     Rows are re-laid out as [shared prefix][padding][rest of the prompt], same width, so positions (from the
     attention mask) and what callers slice off (input width) are unchanged. `generate`: the generate method to call
-    (model.generate by default)."""
+    (model.generate by default).
+
+    CPU only: on any other device (a GPU model without a vLLM engine, e.g. fast_inference=False or the trl-vllm
+    backend's evaluation) it is plain generate, since Unsloth's fast generate drops a pre-filled cache and a padding
+    gap in the middle of a row may not be honoured there."""
     import torch
     from transformers import DynamicCache
 
     generate = generate or model.generate
+    if getattr(getattr(model, "device", None), "type", None) != "cpu":
+        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                        **kwargs)
     rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
     shortest = min(len(r) for r in rows)
     prefix = 0

@@ -302,3 +302,40 @@ def test_memory_monitor_module_does_not_import_transformers():
     code = "import sys, helpers.memory.monitor; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------ the shared-prefix pre-fill is a CPU speed-up, nowhere else
+
+
+class PrefillSpyModel:
+    """A model on `device` whose generate records its inputs; a pre-fill (a forward call) raises."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.config = None
+        self.generated = []
+
+    def __call__(self, **kwargs):
+        raise AssertionError("pre-filled the shared prefix")
+
+    def generate(self, **kwargs):
+        self.generated.append(kwargs)
+        return kwargs["input_ids"]
+
+
+def _shared_prefix_batch():
+    prefix = list(range(10, 10 + 2 * hm.MIN_SHARED_PREFIX))  # long enough to be worth pre-filling on CPU
+    ids = torch.tensor([[0] + prefix + [5, 6], prefix + [7, 8, 9]])  # row 0 left-padded with id 0
+    return ids, (ids != 0).long()
+
+
+@pytest.mark.parametrize("device", ["cuda", "meta"])
+def test_a_model_off_the_cpu_goes_through_plain_generate(device):
+    """Unsloth's generate drops a pre-filled cache and may not honour a padding gap mid-row: on a GPU (a model
+    without a vLLM engine) the inputs reach generate untouched, with no cache."""
+    model, (ids, mask) = PrefillSpyModel(device), _shared_prefix_batch()
+    assert hm.generate_shared_prefix(model, ids, mask, max_new_tokens=4) is ids
+    (call,) = model.generated
+    assert call["input_ids"] is ids and call["attention_mask"] is mask and "past_key_values" not in call
+    with pytest.raises(AssertionError, match="pre-filled"):  # the same batch on the CPU is pre-filled
+        hm.generate_shared_prefix(PrefillSpyModel("cpu"), ids, mask, max_new_tokens=4)
