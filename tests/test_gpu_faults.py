@@ -339,3 +339,65 @@ def test_a_model_off_the_cpu_goes_through_plain_generate(device):
     assert call["input_ids"] is ids and call["attention_mask"] is mask and "past_key_values" not in call
     with pytest.raises(AssertionError, match="pre-filled"):  # the same batch on the CPU is pre-filled
         hm.generate_shared_prefix(PrefillSpyModel("cpu"), ids, mask, max_new_tokens=4)
+
+
+# ----------------------------------------- vLLM installed but disabled by Unsloth is not "vLLM is not installed"
+
+BROKEN = "Unsloth: Detected broken vLLM binary extension; disabling vLLM imports and continuing import."
+
+
+def unsloth_disabled_vllm(monkeypatch, reason=BROKEN):
+    """What importing Unsloth leaves when it disabled vLLM: its reason recorded, vllm hidden from find_spec."""
+    fixes = types.ModuleType("unsloth.import_fixes")
+    fixes.VLLM_DISABLED_REASON = reason
+    monkeypatch.setitem(sys.modules, "unsloth.import_fixes", fixes)
+    real_find_spec = rt.importlib.util.find_spec
+    monkeypatch.setattr(rt.importlib.util, "find_spec",
+                        lambda name, package=None: None if name == "vllm" else real_find_spec(name, package))
+
+
+def test_vllm_disabled_by_unsloth_gives_unsloths_reason_and_the_fix(monkeypatch):
+    unsloth_disabled_vllm(monkeypatch)
+    seen = rt.detect()
+    assert not seen.has_vllm and seen.vllm_unavailable == BROKEN
+    gpu = replace(rt.fake_runtime("t4"), has_vllm=False, vllm_unavailable=seen.vllm_unavailable)
+    with pytest.raises(rt.RuntimeProblem) as err:
+        rt.check(gpu, want_gpu=True)
+    message = str(err.value)
+    assert "installed but disabled" in message and BROKEN in message and "Disconnect and delete runtime" in message
+    assert "not installed" not in message
+    assert "vllm=disabled" in gpu.describe()
+
+
+def test_vllm_installed_but_hidden_without_a_reason_says_so(monkeypatch):
+    unsloth_disabled_vllm(monkeypatch, reason=None)
+    monkeypatch.setattr(rt.importlib.metadata, "version", lambda name: "0.19.1" if name == "vllm" else "1")
+    assert rt.detect().vllm_unavailable == "vLLM 0.19.1 is installed but cannot be imported in this process."
+
+
+def test_vllm_really_missing_still_says_not_installed(monkeypatch):
+    monkeypatch.delitem(sys.modules, "unsloth.import_fixes", raising=False)
+    def missing(name):
+        raise rt.importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(rt.importlib.metadata, "version", missing)
+    assert rt.detect().vllm_unavailable is None
+    with pytest.raises(rt.RuntimeProblem, match="vLLM is not installed"):
+        rt.check(rt.fake_runtime("t4", has_vllm=False), want_gpu=True)
+
+
+def test_the_guard_says_so_when_importing_unsloth_just_disabled_vllm(monkeypatch):
+    """The first setup cell checks the runtime before Unsloth is imported; importing it may disable vLLM."""
+    from helpers.run import guard
+
+    unsloth_disabled_vllm(monkeypatch)
+    monkeypatch.setattr(rt, "start_gpu_process", lambda backend: None)  # Unsloth "imported"
+    with pytest.raises(rt.RuntimeProblem, match=r"installed but disabled.*broken vLLM binary.*Fix: Runtime"):
+        guard.check_before_loading(T4, rt.fake_runtime("t4"))
+    guard.check_before_loading(replace(T4, fast_inference=False), rt.fake_runtime("t4"))  # no vLLM needed
+
+
+def test_load_unsloth_stops_before_loading_when_vllm_was_disabled(monkeypatch):
+    loads = fake_unsloth(monkeypatch, FakeVllmModel, disabled_reason=BROKEN + "\n")
+    with pytest.raises(hm.ModelSetupError, match=r"WITHOUT vLLM.*broken vLLM binary.*Fix: Runtime > Disconnect"):
+        hm.load_unsloth(T4)
+    assert loads == [], "Unsloth's loader would raise its own error without the kit's fix"
