@@ -141,8 +141,11 @@ UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
 
 
 def unsloth_load_kwargs(settings) -> dict:
-    """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin)."""
-    return dict(
+    """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin).
+
+    enforce_eager only when asked (vllm_enforce_eager, which needs fast_inference): Unsloth forwards it to vLLM's
+    engine (unsloth_zoo load_vllm); without fast_inference it would reach transformers' from_pretrained."""
+    kwargs = dict(
         model_name=settings.model_name,
         max_seq_length=settings.max_seq_length,
         load_in_4bit=settings.load_in_4bit,
@@ -150,6 +153,9 @@ def unsloth_load_kwargs(settings) -> dict:
         max_lora_rank=settings.lora_rank,
         gpu_memory_utilization=settings.gpu_memory_utilization,
     )
+    if getattr(settings, "vllm_enforce_eager", False) and settings.fast_inference:
+        kwargs["enforce_eager"] = True
+    return kwargs
 
 
 def unsloth_peft_kwargs(settings) -> dict:

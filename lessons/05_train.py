@@ -74,7 +74,8 @@ course.print_preset(kit.preset)
 #
 # These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
 # `start` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
-# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02; `load_data` drops prompts longer
+# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02 (if vLLM's engine fails to start
+# there, `vllm_enforce_eager=True` in `setup.prepare(...)`: docs/troubleshooting.md); `load_data` drops prompts longer
 # than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
 #
 # The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's last exercise.

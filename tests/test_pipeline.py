@@ -27,6 +27,7 @@ CHANGES = {
     "load_in_4bit": (True, "load_in_4bit"),
     "fast_inference": (True, "fast_inference"),
     "gpu_memory_utilization": (0.4, "gpu_memory_utilization"),
+    "vllm_enforce_eager": (True, "vllm_enforce_eager"),
     "vllm_mode": ("server", "vllm_mode"),
     "vllm_server_host": ("10.0.0.1", "vllm_server_host"),
     "vllm_server_port": (8001, "vllm_server_port"),
