@@ -220,6 +220,57 @@ def require_vllm_engine(model, settings) -> None:
     )
 
 
+# Unsloth patches TRL's VLLMGeneration at import (unsloth/models/rl_replacements.py, vllm_generation_init_patch):
+# _init_vllm reuses model.vllm_engine instead of building LLM(...) and keeps model.load_lora as _unsloth_load_lora;
+# generate is wrapped (marked with this attribute) to send the live LoRA adapter with every request. When a patch
+# fails Unsloth only logs it. tests/test_gpu_contracts.py checks these names against the pin.
+UNSLOTH_LORA_GENERATE_MARK = "_unsloth_vllm_generation_lora_wrapped"
+UNSLOTH_LORA_LOADER = "_unsloth_load_lora"
+
+
+def trainer_vllm_engine(trainer):
+    """The vLLM engine a GRPOTrainer generates with: trainer.vllm_generation.llm (TRL >= 0.28, colocate mode), else
+    trainer.llm (older TRL); None when it has none."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is not None:
+        return getattr(generation, "llm", None)
+    return getattr(trainer, "llm", None)
+
+
+def check_trainer_uses_model_engine(trainer, model) -> None:
+    """Raise ModelSetupError with the fix unless a trainer built on a fast_inference model (Unsloth + vLLM) samples
+    with that model's own vLLM engine and sends it the LoRA adapter. A model without an engine (the cpu backend,
+    fast_inference=False, trl-vllm) has nothing to check.
+
+    Unsloth's patch of TRL is what makes the trainer reuse the engine; if it did not apply, TRL starts a second
+    engine (no room for it on a T4), or generates without vLLM, or samples from the base model without the adapter,
+    and training fails later or silently learns nothing."""
+    expected = getattr(model, "vllm_engine", None)
+    if expected is None:
+        return
+    fix = ("Fix: restart the runtime and run the notebook from the top (Unsloth must be imported before TRL: the "
+           "setup cell and `python -m helpers.train` do that), with the versions pinned in requirements.txt (this "
+           "Unsloth patches this TRL): on Colab Runtime > Disconnect and delete runtime, locally "
+           "`pip install -r requirements.txt`. See docs/troubleshooting.md.")
+    engine = trainer_vllm_engine(trainer)
+    if engine is None:
+        raise ModelSetupError(
+            "the GRPOTrainer has no vLLM engine, although the model was loaded with fast_inference=True (its "
+            "GRPOConfig has use_vllm=False, or Unsloth's patch of TRL did not run): it would sample completions "
+            "with slow transformers generate. Check use_vllm=True in the GRPOConfig (the preset's config has it). " + fix)
+    if engine is not expected:
+        raise ModelSetupError(
+            "the GRPOTrainer started a vLLM engine of its own instead of reusing the model's (Unsloth's patch of "
+            "TRL's VLLMGeneration did not apply; Unsloth only logs that): two engines do not fit on a T4, and the "
+            "second one does not share the trained weights. " + fix)
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is not None and not (getattr(type(generation).generate, UNSLOTH_LORA_GENERATE_MARK, False)
+                                       and getattr(generation, UNSLOTH_LORA_LOADER, None) is not None):
+        raise ModelSetupError(
+            "the GRPOTrainer reuses the model's vLLM engine, but Unsloth's wrapper that sends the LoRA adapter with "
+            "every request is missing: completions would come from the base model and GRPO would not learn. " + fix)
+
+
 # The Unsloth model whose vLLM engine lives in this process. Two engines do not fit on a T4, and the kit cannot
 # reliably free the first one's reservation (vLLM holds it outside PyTorch's allocator), so a second load is
 # refused with "restart the runtime" instead of failing out of memory halfway through.

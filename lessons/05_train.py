@@ -201,6 +201,7 @@ result
 # %%
 from trl import GRPOTrainer
 
+from helpers.model import check_trainer_uses_model_engine
 from helpers.run.trl_patches import patch_trl_for_cpu
 
 if not on_gpu:
@@ -213,6 +214,7 @@ trainer = GRPOTrainer(
     train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
     callbacks=pipeline.kit_callbacks(state),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
 )
+check_trainer_uses_model_engine(trainer, model)  # GPU: samples with the model's vLLM engine + adapter (CPU: no-op)
 print("reward functions:", [f.__name__ for f in reward_funcs])
 print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
 

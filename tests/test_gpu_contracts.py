@@ -496,3 +496,23 @@ def test_unsloth_zoo_sets_expandable_segments_only_without_standby(zoo_root):
     init = (zoo_root / "unsloth_zoo" / "__init__.py").read_text()
     assert 'os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"' in init, \
         "helpers.runtime.configure_cuda_allocator copies unsloth_zoo's allocator choice"
+
+
+def test_unsloth_patches_trl_vllm_generation_as_the_trainer_check_expects(unsloth_root):
+    """helpers.model.check_trainer_uses_model_engine reads what Unsloth's patch of trl's VLLMGeneration leaves:
+    self.llm = model.vllm_engine, self._unsloth_load_lora = model.load_lora, and a marked generate wrapper."""
+    import trl.generation.vllm_generation as vg
+
+    from helpers.model import UNSLOTH_LORA_GENERATE_MARK, UNSLOTH_LORA_LOADER
+
+    src = (unsloth_root / "unsloth" / "models" / "rl_replacements.py").read_text()
+    patch = ast.unparse(ps.find_function(ast.parse(src), "vllm_generation_init_patch"))
+    assert "self.llm = model.vllm_engine" in patch
+    assert f"self.{UNSLOTH_LORA_LOADER} = model.load_lora" in patch
+    assert f"_UNSLOTH_GENERATE_WRAPPED = '{UNSLOTH_LORA_GENERATE_MARK}'" in patch
+    assert "setattr(generate, _UNSLOTH_GENERATE_WRAPPED, True)" in patch
+    assert "vllm_generation.VLLMGeneration.generate = generate" in patch
+    # the pinned TRL: the trainer keeps its VLLMGeneration as vllm_generation, which holds the engine as llm
+    trainer_src = (Path(vg.__file__).parents[1] / "trainer" / "grpo_trainer.py").read_text()
+    assert "self.vllm_generation = VLLMGeneration(" in trainer_src
+    assert "self.llm = LLM(" in Path(vg.__file__).read_text()

@@ -401,3 +401,94 @@ def test_load_unsloth_stops_before_loading_when_vllm_was_disabled(monkeypatch):
     with pytest.raises(hm.ModelSetupError, match=r"WITHOUT vLLM.*broken vLLM binary.*Fix: Runtime > Disconnect"):
         hm.load_unsloth(T4)
     assert loads == [], "Unsloth's loader would raise its own error without the kit's fix"
+
+
+# --------------------------------------------- the trainer samples with the model's own vLLM engine and adapter
+
+
+class PatchedVLLMGeneration:
+    """TRL's VLLMGeneration as Unsloth's patch leaves it: llm = model.vllm_engine, the model's load_lora kept, and
+    generate wrapped (and marked) to send the adapter with every request."""
+
+    def __init__(self, llm, load_lora):
+        self.llm = llm
+        self._unsloth_load_lora = load_lora
+
+    def generate(self, *args, **kwargs):
+        return []
+
+
+setattr(PatchedVLLMGeneration.generate, hm.UNSLOTH_LORA_GENERATE_MARK, True)
+
+
+class UnpatchedVLLMGeneration:
+    """TRL's own VLLMGeneration: Unsloth's patch did not apply."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def generate(self, *args, **kwargs):
+        return []
+
+
+def trainer_with(generation=None):
+    return types.SimpleNamespace(vllm_generation=generation) if generation is not None else types.SimpleNamespace()
+
+
+def test_a_trainer_on_the_models_engine_passes():
+    model = FakeVllmModel()
+    hm.check_trainer_uses_model_engine(trainer_with(PatchedVLLMGeneration(model.vllm_engine, model.load_lora)), model)
+
+
+def test_a_trainer_with_its_own_engine_is_refused_with_the_fix():
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"vLLM engine of its own.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(FakeEngine())), model)
+
+
+def test_a_trainer_without_an_engine_on_a_fast_inference_model_is_refused():
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"has no vLLM engine.*use_vllm.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(), model)
+
+
+def test_the_models_engine_without_unsloths_lora_wrapper_is_refused():
+    """Half-patched: the engine is shared, but nothing sends the adapter: rollouts from the base model."""
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"base model.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(model.vllm_engine)), model)
+    unpatched_loader = PatchedVLLMGeneration(model.vllm_engine, None)
+    with pytest.raises(hm.ModelSetupError, match=r"base model"):
+        hm.check_trainer_uses_model_engine(trainer_with(unpatched_loader), model)
+
+
+def test_older_trl_keeps_the_engine_on_trainer_llm():
+    model = FakeVllmModel()
+    hm.check_trainer_uses_model_engine(types.SimpleNamespace(llm=model.vllm_engine), model)
+    with pytest.raises(hm.ModelSetupError, match="of its own"):
+        hm.check_trainer_uses_model_engine(types.SimpleNamespace(llm=FakeEngine()), model)
+
+
+def test_a_model_without_an_engine_has_nothing_to_check():
+    """The CPU path (a peft model) and fast_inference=False: whatever the trainer holds, no error."""
+    hm.check_trainer_uses_model_engine(trainer_with(), ModelWithoutEngine())
+    hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(FakeEngine())), ModelWithoutEngine())
+
+
+def test_the_pipeline_checks_the_trainer_it_builds(monkeypatch):
+    import trl
+
+    from helpers.run import pipeline
+
+    model = FakeVllmModel()
+    monkeypatch.setattr(pipeline, "grpo_config", lambda state: "config")
+    monkeypatch.setattr(pipeline, "kit_callbacks", lambda state: [])
+    state = types.SimpleNamespace(model=model, tokenizer=FakeTokenizer(), reward_funcs=[len])
+    for generation, ok in ((PatchedVLLMGeneration(model.vllm_engine, model.load_lora), True),
+                           (UnpatchedVLLMGeneration(FakeEngine()), False)):
+        monkeypatch.setattr(trl, "GRPOTrainer", lambda _g=generation, **kwargs: trainer_with(_g))
+        if ok:
+            assert pipeline.build_trainer(state, []).vllm_generation is generation
+        else:
+            with pytest.raises(hm.ModelSetupError, match="of its own"):
+                pipeline.build_trainer(state, [])

@@ -30,7 +30,7 @@ from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_be
                                 write_eval, write_samples)
 from helpers.memory.monitor import MemoryMonitor
 from helpers.memory.oom_doctor import oom_advice
-from helpers.model import load, load_trl_vllm
+from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
 from helpers.rewards import DEFAULT_REWARDS
 from helpers.run.checkpoints import KeepLastCheckpoints, checkpoint_root
 from helpers.run.dashboard import TrainingDashboard
@@ -224,10 +224,11 @@ def kit_callbacks(state: RunState) -> list:
 
 
 def build_trainer(state: RunState, train_dataset):
-    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out."""
+    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out; on the GPU, checked to sample with the model's
+    own vLLM engine and its LoRA adapter (helpers.model.check_trainer_uses_model_engine)."""
     from trl import GRPOTrainer  # after Unsloth on the GPU path (helpers.run.guard imported it first)
 
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=state.model,
         processing_class=state.tokenizer,
         reward_funcs=state.reward_funcs,
@@ -235,6 +236,8 @@ def build_trainer(state: RunState, train_dataset):
         train_dataset=train_dataset,
         callbacks=kit_callbacks(state),
     )
+    check_trainer_uses_model_engine(trainer, state.model)
+    return trainer
 
 
 def prepare_trainer(trainer, preset: Preset | None = None) -> None:
