@@ -492,3 +492,44 @@ def test_the_pipeline_checks_the_trainer_it_builds(monkeypatch):
         else:
             with pytest.raises(hm.ModelSetupError, match="of its own"):
                 pipeline.build_trainer(state, [])
+
+
+# -------------------------------------- 06 with TRAIN_IF_MISSING on a GPU: one vLLM engine, evaluated in place
+
+
+def _lesson_cell(lesson: str, marker: str) -> str:
+    """The code cell of lessons/<lesson>.py (jupytext percent format) that contains `marker`."""
+    cells = (ROOT / "lessons" / f"{lesson}.py").read_text().split("\n# %%")
+    (cell,) = [c for c in cells if marker in c and not c.lstrip().startswith("[markdown]")]
+    return cell.split("\n", 1)[1]
+
+
+def test_06_train_if_missing_on_a_gpu_evaluates_with_the_tiny_runs_engine(tmp_path, monkeypatch, fake_vllm):
+    """Before: the tiny run loaded the model (vLLM engine 1) and 06 then loaded it again for evaluation, which
+    helpers.model refuses ("a vLLM engine is already running"): a dead end. Now 06 evaluates with the tiny run's
+    model. The two cells of 06 run here as a notebook runs them, on a faked T4 with a faked Unsloth."""
+    from helpers import evaluation, notebook_setup
+    from helpers.run import pipeline
+
+    loads = fake_unsloth(monkeypatch, FakeVllmModel)
+    preset = replace(T4, dataset="synthetic", eval_size=2)  # offline questions
+    kit = notebook_setup.Kit(root=ROOT, runtime=rt.fake_runtime("t4"), preset=preset, run_dir=tmp_path, overrides={})
+
+    def tiny_run(preset, options, reward_funcs=None):  # what pipeline.run leaves: the model it loaded and trained
+        model, tokenizer = hm.load(preset, kit.runtime)
+        sharing.save_adapter(model, tokenizer, options.run_dir / "adapter")
+        (options.run_dir / "adapter" / "adapter_config.json").write_text("{}")
+        return types.SimpleNamespace(model=model, tokenizer=tokenizer, summary={})
+
+    monkeypatch.setattr(pipeline, "run", tiny_run)
+    notebook = {"kit": kit, "setup": notebook_setup, "STAGED_ADAPTER": None, "TRAIN_IF_MISSING": True}
+    for marker in ("course.train_tiny_adapter(", "evaluation.load_for_eval("):
+        exec(compile(_lesson_cell("06_evaluate_and_save", marker), "<06>", "exec"), notebook)  # noqa: S102
+
+    assert len(loads) == 1, "one vLLM engine: 06 evaluated with the tiny run's model"
+    assert notebook["model"].vllm_engine is hm.loaded_vllm_engine()
+    result = notebook["result"]
+    assert {s["completion"] for s in result["before"]["samples"]} == {"base"}  # no adapter: the base model
+    assert {s["completion"] for s in result["after"]["samples"]} == {"answer-for:trained-v2"}  # the saved adapter
+    with pytest.raises(hm.ModelSetupError, match="already running"):  # the dead end the lesson no longer takes
+        evaluation.load_for_eval(kit.preset, notebook["adapter"], kit.runtime)

@@ -10,6 +10,8 @@ so the two cannot drift:
     train(state, trainer)                                   # resumes from the latest complete checkpoint
     summary = finish(state, trainer, heldout, before)       # adapter/, evaluation after, plots, summary.json
 
+`run` does every step and returns the state (the trained model with it); `run_all` returns just the summary.
+
 Names: `RunState` is what the steps hand each other; `state.run_dir` is the run folder on disk (helpers.run.folder
 plans it); the package helpers.run is the run's wing as a whole.
 """
@@ -103,6 +105,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     model: object = None
     tokenizer: object = None
+    summary: dict | None = None  # what finish returned (run() sets it)
 
     @property
     def run_dir(self) -> Path:
@@ -317,12 +320,21 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     return summary
 
 
-def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
-    """Every step in order: what `python -m helpers.train` does, and what notebook 05 does cell by cell."""
+def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> RunState:
+    """Every step in order; returns the run's state: state.summary, and state.model / state.tokenizer, the trained
+    model. On a GPU that model holds this process's vLLM engine, the only one that fits: evaluate with it rather than
+    loading the model again (helpers.model refuses a second engine)."""
     state = start(preset, options, reward_funcs)
     load_model(state)
     train_dataset, heldout = load_data(state)
     before = evaluate_before(state, heldout)
     trainer = build_trainer(state, train_dataset)
     train(state, trainer)
-    return finish(state, trainer, heldout, before)
+    state.summary = finish(state, trainer, heldout, before)
+    return state
+
+
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
+    """Every step in order, returning the summary: what `python -m helpers.train` does, and what notebook 05 does
+    cell by cell."""
+    return run(preset, options, reward_funcs).summary
