@@ -454,14 +454,14 @@ def refuse_unused_settings(p: Preset) -> None:
             refuse("vllm_enforce_eager", "TRL's GRPOConfig (trl 1.15) has no setting that starts its own vLLM "
                    "eagerly", "leave it False; in server mode start the server with `trl vllm-serve ... "
                    "--enforce_eager` instead")
-    if p.backend == "unsloth" and p.vllm_enforce_eager and not p.fast_inference:
-        refuse("vllm_enforce_eager", "without fast_inference Unsloth starts no vLLM engine (and would pass the "
-               "setting on to transformers, which rejects it)", "set fast_inference=True, or leave it False")
     else:
         for name in VLLM_FIELDS:
             if getattr(p, name) != default[name]:
                 refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
                              f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.backend == "unsloth" and p.vllm_enforce_eager and not p.fast_inference:
+        refuse("vllm_enforce_eager", "without fast_inference Unsloth starts no vLLM engine (and would pass the "
+               "setting on to transformers, which rejects it)", "set fast_inference=True, or leave it False")
     if p.vllm_server_gpus is not None and not (p.backend == "trl-vllm" and p.vllm_mode == "server"):
         refuse("vllm_server_gpus", "only a trl-vllm preset in server mode starts `trl vllm-serve`",
                "leave it None, or use a server-mode preset (e.g. 8xh100-qwen7b-lora)")
