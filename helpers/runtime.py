@@ -12,6 +12,8 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 
+from helpers.model import VLLM_REINSTALL_FIX, vllm_disabled_reason
+
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
 GIB = 1024**3
@@ -85,20 +87,8 @@ def _installed(name: str) -> bool:
 
 
 # When vLLM is installed but cannot load (a broken compiled library, a torch/CUDA or transformers it does not match),
-# Unsloth disables it at import, records why in unsloth.import_fixes.VLLM_DISABLED_REASON and hides it from
+# Unsloth disables it at import, records why (helpers.model.vllm_disabled_reason reads it) and hides it from
 # importlib.util.find_spec, so it looks "not installed". The fix is a fresh install into a fresh runtime.
-VLLM_REINSTALL_FIX = (
-    "Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell installs "
-    "requirements.txt (vLLM included) into a fresh runtime; locally, `pip install -r requirements.txt` and restart "
-    "the kernel. See docs/troubleshooting.md."
-)
-
-
-def vllm_disabled_reason() -> str | None:
-    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
-    fixes = sys.modules.get("unsloth.import_fixes")
-    reason = getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
-    return reason.strip() if reason else None
 
 
 def vllm_unavailable_reason() -> str | None:
