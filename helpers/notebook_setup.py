@@ -265,7 +265,7 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
           "change); the GPU stack takes minutes ...")
     if stack == "gpu":
         os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
-    before = installed_distributions()
+    before = installed_distributions() if stack == "cpu" else {}  # the CPU stack's restart check compares them
     pip_install(requirements, pins)
     still = unmet_pins(pins)
     if still:

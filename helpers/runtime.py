@@ -89,8 +89,6 @@ def _installed(name: str) -> bool:
 # When vLLM is installed but cannot load (a broken compiled library, a torch/CUDA or transformers it does not match),
 # Unsloth disables it at import, records why (helpers.model.vllm_disabled_reason reads it) and hides it from
 # importlib.util.find_spec, so it looks "not installed". The fix is a fresh install into a fresh runtime.
-
-
 def vllm_unavailable_reason() -> str | None:
     """Why vLLM, installed (its distribution is there), cannot be imported in this process: Unsloth's reason when
     it disabled vLLM, else a plain statement. None when vLLM is simply not installed."""
