@@ -36,6 +36,12 @@ class Preset:
     fast_inference: bool = _knob(False, "generate with vLLM sharing the model's weights (Unsloth, GPU only)")
     gpu_memory_utilization: float | None = _knob(
         None, "fraction of the GPU vLLM reserves up front for weights + KV cache (GPU only; 'none' on CPU)")
+    # Passed to Unsloth's from_pretrained, which hands it to vLLM (unsloth_zoo load_vllm): no torch.compile and no
+    # CUDA graphs. The T4 engine start (inductor compile, full + piecewise CUDA graphs with LoRA) has never been run
+    # on a T4; this is the escape hatch when it fails (docs/troubleshooting.md, "The vLLM engine fails to start").
+    vllm_enforce_eager: bool = _knob(
+        False, "unsloth backend with fast_inference: start vLLM in eager mode (no torch.compile, no CUDA graphs): "
+        "slower generation, the fix when the engine fails to start")
     # backend "trl-vllm" (several GPUs, no Unsloth): TRL's own vLLM, "colocate" (an engine inside every training
     # process, gpu_memory_utilization of its GPU) or "server" (`trl vllm-serve` on GPUs of its own; docs/scale-out.md)
     vllm_mode: str = _knob("colocate", "trl-vllm backend: 'colocate' (vLLM in each training process) or 'server'")
@@ -403,7 +409,8 @@ GRPO_CONFIG_FIELDS = ("learning_rate", "weight_decay", "warmup_steps", "lr_sched
                       "max_completion_length", "temperature", "scale_rewards", "beta", "max_steps", "num_iterations",
                       "logging_steps", "seed")  # passed to trl.GRPOConfig under the same name
 MODEL_FIELDS = ("model_name", "backend", "max_seq_length", "load_in_4bit", "fast_inference", "gpu_memory_utilization",
-                "lora_rank", "lora_alpha", "lora_target_modules", "gradient_checkpointing")  # helpers.model's loaders
+                "vllm_enforce_eager", "lora_rank", "lora_alpha", "lora_target_modules",
+                "gradient_checkpointing")  # helpers.model's loaders
 DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked_example",
                "max_prompt_length", "eval_max_new_tokens")  # helpers.run.pipeline.load_data / helpers.evaluation
 VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
@@ -428,7 +435,8 @@ def refuse_unused_settings(p: Preset) -> None:
             refuse("model_name", "the cpu backend trains only the embedded SmolLM2-135M (no download)",
                    "leave model_name as the cpu preset has it; other models need a GPU preset (e.g. t4)")
         for name, why in (("load_in_4bit", "4-bit loading needs bitsandbytes on a GPU"),
-                          ("fast_inference", "vLLM generation needs a GPU")):
+                          ("fast_inference", "vLLM generation needs a GPU"),
+                          ("vllm_enforce_eager", "it is a vLLM setting and vLLM needs a GPU")):
             if getattr(p, name):
                 refuse(name, f"{why}; the cpu backend loads fp32 weights and generates with transformers",
                        f"set {name}=False, or use a GPU preset (e.g. t4) on a GPU")
@@ -442,11 +450,18 @@ def refuse_unused_settings(p: Preset) -> None:
             if getattr(p, name):
                 refuse(name, "the trl-vllm backend loads 16-bit weights and always generates with TRL's vLLM",
                        f"set {name}=False (4-bit + shared vLLM weights is the unsloth backend)")
+        if p.vllm_enforce_eager:  # trl 1.15: GRPOConfig has no such field; VLLMGeneration builds LLM(...) without it
+            refuse("vllm_enforce_eager", "TRL's GRPOConfig (trl 1.15) has no setting that starts its own vLLM "
+                   "eagerly", "leave it False; in server mode start the server with `trl vllm-serve ... "
+                   "--enforce_eager` instead")
     else:
         for name in VLLM_FIELDS:
             if getattr(p, name) != default[name]:
                 refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
                              f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.backend == "unsloth" and p.vllm_enforce_eager and not p.fast_inference:
+        refuse("vllm_enforce_eager", "without fast_inference Unsloth starts no vLLM engine (and would pass the "
+               "setting on to transformers, which rejects it)", "set fast_inference=True, or leave it False")
     if p.vllm_server_gpus is not None and not (p.backend == "trl-vllm" and p.vllm_mode == "server"):
         refuse("vllm_server_gpus", "only a trl-vllm preset in server mode starts `trl vllm-serve`",
                "leave it None, or use a server-mode preset (e.g. 8xh100-qwen7b-lora)")

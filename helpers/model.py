@@ -141,8 +141,11 @@ UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
 
 
 def unsloth_load_kwargs(settings) -> dict:
-    """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin)."""
-    return dict(
+    """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin).
+
+    enforce_eager only when asked (vllm_enforce_eager, which needs fast_inference): Unsloth forwards it to vLLM's
+    engine (unsloth_zoo load_vllm); without fast_inference it would reach transformers' from_pretrained."""
+    kwargs = dict(
         model_name=settings.model_name,
         max_seq_length=settings.max_seq_length,
         load_in_4bit=settings.load_in_4bit,
@@ -150,6 +153,9 @@ def unsloth_load_kwargs(settings) -> dict:
         max_lora_rank=settings.lora_rank,
         gpu_memory_utilization=settings.gpu_memory_utilization,
     )
+    if getattr(settings, "vllm_enforce_eager", False) and settings.fast_inference:
+        kwargs["enforce_eager"] = True
+    return kwargs
 
 
 def unsloth_peft_kwargs(settings) -> dict:
@@ -197,25 +203,87 @@ def has_vllm_engine(model) -> bool:
     return getattr(model, "vllm_engine", None) is not None
 
 
+# The fix when vLLM is installed but this process cannot use it (helpers.runtime.check says it too).
+VLLM_REINSTALL_FIX = (
+    "Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell installs "
+    "requirements.txt (vLLM included) into a fresh runtime; locally, `pip install -r requirements.txt` and restart "
+    "the kernel. See docs/troubleshooting.md."
+)
+
+
 def vllm_disabled_reason() -> str | None:
     """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
     fixes = sys.modules.get("unsloth.import_fixes")
-    return getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
+    reason = getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
+    return reason.strip() if reason else None
 
 
 def require_vllm_engine(model, settings) -> None:
-    """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth loaded without vLLM."""
+    """Raise ModelSetupError with the fix when fast_inference was asked for but Unsloth runs without vLLM (it
+    disabled vLLM at import, vllm_disabled_reason; or it loaded the model without an engine).
+    model None: before loading, Unsloth imported."""
     if not getattr(settings, "fast_inference", False) or has_vllm_engine(model):
         return
     reason = vllm_disabled_reason()
+    if model is None and not reason:
+        return  # Unsloth did not disable vLLM: loading will tell
     raise ModelSetupError(
-        "Unsloth loaded the model WITHOUT vLLM (model.vllm_engine is missing), so fast_inference=True cannot "
+        "Unsloth runs WITHOUT vLLM in this process (no model.vllm_engine), so fast_inference=True cannot "
         "work: generation and GRPO would fail later with a misleading error."
-        + (f" Unsloth said: {reason.strip()}" if reason else "")
-        + " Fix: Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell "
-        "installs requirements.txt (vLLM included) into a fresh runtime; locally, "
-        "`pip install -r requirements.txt` and restart the kernel. See docs/troubleshooting.md."
+        + (f" Unsloth said: {reason}" if reason else "")
+        + f" Fix: {VLLM_REINSTALL_FIX}"
     )
+
+
+# Unsloth patches TRL's VLLMGeneration at import (unsloth/models/rl_replacements.py, vllm_generation_init_patch):
+# _init_vllm reuses model.vllm_engine instead of building LLM(...) and keeps model.load_lora as _unsloth_load_lora;
+# generate is wrapped (marked with this attribute) to send the live LoRA adapter with every request. When a patch
+# fails Unsloth only logs it. tests/test_gpu_contracts.py checks these names against the pin.
+UNSLOTH_LORA_GENERATE_MARK = "_unsloth_vllm_generation_lora_wrapped"
+UNSLOTH_LORA_LOADER = "_unsloth_load_lora"
+
+
+def trainer_vllm_engine(trainer):
+    """The vLLM engine a GRPOTrainer generates with: trainer.vllm_generation.llm (TRL >= 0.28, colocate mode), else
+    trainer.llm (older TRL); None when it has none."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is not None:
+        return getattr(generation, "llm", None)
+    return getattr(trainer, "llm", None)
+
+
+def check_trainer_uses_model_engine(trainer, model) -> None:
+    """Raise ModelSetupError with the fix unless a trainer built on a fast_inference model (Unsloth + vLLM) samples
+    with that model's own vLLM engine and sends it the LoRA adapter. A model without an engine (the cpu backend,
+    fast_inference=False, trl-vllm) has nothing to check.
+
+    Unsloth's patch of TRL is what makes the trainer reuse the engine; if it did not apply, TRL starts a second
+    engine (no room for it on a T4), or generates without vLLM, or samples from the base model without the adapter,
+    and training fails later or silently learns nothing."""
+    expected = getattr(model, "vllm_engine", None)
+    if expected is None:
+        return
+    fix = ("Fix: restart the runtime and run the notebook from the top (Unsloth must be imported before TRL: the "
+           "setup cell and `python -m helpers.train` do that), with the versions pinned in requirements.txt (this "
+           "Unsloth patches this TRL): on Colab Runtime > Disconnect and delete runtime, locally "
+           "`pip install -r requirements.txt`. See docs/troubleshooting.md.")
+    engine = trainer_vllm_engine(trainer)
+    if engine is None:
+        raise ModelSetupError(
+            "the GRPOTrainer has no vLLM engine, although the model was loaded with fast_inference=True (its "
+            "GRPOConfig has use_vllm=False, or Unsloth's patch of TRL did not run): it would sample completions "
+            "with slow transformers generate. Check use_vllm=True in the GRPOConfig (the preset's config has it). " + fix)
+    if engine is not expected:
+        raise ModelSetupError(
+            "the GRPOTrainer started a vLLM engine of its own instead of reusing the model's (Unsloth's patch of "
+            "TRL's VLLMGeneration did not apply; Unsloth only logs that): two engines do not fit on a T4, and the "
+            "second one does not share the trained weights. " + fix)
+    generation = getattr(trainer, "vllm_generation", None)
+    if generation is not None and not (getattr(type(generation).generate, UNSLOTH_LORA_GENERATE_MARK, False)
+                                       and getattr(generation, UNSLOTH_LORA_LOADER, None) is not None):
+        raise ModelSetupError(
+            "the GRPOTrainer reuses the model's vLLM engine, but Unsloth's wrapper that sends the LoRA adapter with "
+            "every request is missing: completions would come from the base model and GRPO would not learn. " + fix)
 
 
 # The Unsloth model whose vLLM engine lives in this process. Two engines do not fit on a T4, and the kit cannot
@@ -260,6 +328,7 @@ def load_unsloth(settings):
     if getattr(settings, "fast_inference", False):
         refuse_second_engine()
     FastLanguageModel = import_unsloth().FastLanguageModel
+    require_vllm_engine(None, settings)  # Unsloth disabled vLLM at import: its reason and the fix, before loading
     model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
     require_vllm_engine(model, settings)
     _remember_engine(model)
@@ -393,11 +462,18 @@ def generate_shared_prefix(model, input_ids, attention_mask, generation_config=N
 
     Rows are re-laid out as [shared prefix][padding][rest of the prompt], same width, so positions (from the
     attention mask) and what callers slice off (input width) are unchanged. `generate`: the generate method to call
-    (model.generate by default)."""
+    (model.generate by default).
+
+    CPU only: on any other device (a GPU model without a vLLM engine, e.g. fast_inference=False or the trl-vllm
+    backend's evaluation) it is plain generate, since Unsloth's fast generate drops a pre-filled cache and a padding
+    gap in the middle of a row may not be honoured there."""
     import torch
     from transformers import DynamicCache
 
     generate = generate or model.generate
+    if getattr(getattr(model, "device", None), "type", None) != "cpu":
+        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                        **kwargs)
     rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
     shortest = min(len(r) for r in rows)
     prefix = 0

@@ -219,6 +219,13 @@ def pip_install(requirements: Path, pins: dict) -> None:
         raise InstallError(f"pip could not install {' '.join(no_deps)} --no-deps (its output is above).")
 
 
+def installed_distributions() -> dict[str, str]:
+    """{name: version} of every installed distribution: what a pip install may change, pinned or pulled in."""
+    from importlib import metadata
+
+    return {d.metadata["Name"]: d.version for d in metadata.distributions() if d.metadata["Name"]}
+
+
 def _stale_imports(changed: set[str]) -> list[str]:
     """Modules imported in this process whose distribution changed version: they need a fresh process."""
     canon = {n.lower().replace("_", "-") for n in changed}
@@ -233,9 +240,9 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
     stack: "gpu" (requirements.txt: Unsloth, vLLM, the torch they pin) or "cpu" (requirements-colab-cpu.txt: the
     embedded model, Colab's torch); default: "gpu" when a GPU is attached. Nothing is installed when every pinned
     version is already importable (a second notebook in the same runtime, or a re-run). After an install the
-    versions are checked again, and only then is the marker written. A restart is needed only when a package whose
-    version changed was already imported in this process: then it says so and ends the kernel (Colab restarts it);
-    run the notebook again from the top and the check skips the install.
+    versions are checked again, and only then is the marker written. Then the GPU stack always restarts the session
+    (it says so and ends the kernel; Colab restarts it); the CPU stack only when a distribution whose version changed
+    was already imported in this process. Run the notebook again from the top and the check skips the install.
     """
     if not on_colab():
         return False
@@ -257,21 +264,32 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
           "change); the GPU stack takes minutes ...")
     if stack == "gpu":
         os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
-    before = {name: installed_version(name) for name in pins}
+    before = installed_distributions() if stack == "cpu" else {}  # the CPU stack's restart check compares them
     pip_install(requirements, pins)
     still = unmet_pins(pins)
     if still:
         raise InstallError(_unmet_message(still, requirements, "was installed, but"))
     marker.write_text(f"{requirements.name}: installed and checked\n")
-    changed = {name for name in pins if not _same_version(before[name], pins[name][0])}
-    stale = _stale_imports(changed)
-    if not stale:
-        # Nothing whose version changed was imported yet, so this process imports the new versions: no restart.
-        print("[grpo-kit] Installed and checked.")
-        return True
-    print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session at another version, "
-          "so the session restarts now to load the new ones. When it is back, run this notebook again from the top: "
-          "the install is skipped the second time.")
+    if stack == "gpu":
+        # Always a fresh process: the GPU stack replaces torch and the CUDA libraries it loads, and pip moves unpinned
+        # dependencies with it; a module or a native library the kernel already loaded (Colab's kernel imports some
+        # at start) would stay at its old version, which no check of imported Python packages can fully see.
+        print("[grpo-kit] Installed the GPU stack. The session restarts now, so that torch, vLLM, Unsloth and "
+              "everything pip upgraded with them load at their new versions. When it is back, run this notebook "
+              "again from the top: the install is skipped the second time.")
+    else:
+        # The CPU stack keeps Colab's torch (no CUDA library is replaced) and installs Python packages; every
+        # distribution whose version changed, pinned or pulled in by pip, is compared with the modules this process
+        # has imported. None imported: this process imports the new versions, so no restart is needed.
+        after = installed_distributions()
+        changed = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
+        stale = _stale_imports(changed)
+        if not stale:
+            print("[grpo-kit] Installed and checked.")
+            return True
+        print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session at another "
+              "version, so the session restarts now to load the new ones. When it is back, run this notebook again "
+              "from the top: the install is skipped the second time.")
     if restart:
         sys.stdout.flush()
         os.kill(os.getpid(), 9)  # Colab restarts a dead kernel by itself; a normal exit would not reload torch

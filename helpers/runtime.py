@@ -6,12 +6,14 @@ Every notebook calls `detect()` first and `check()` before loading a model, so a
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field, replace
 
-from helpers.model import import_unsloth  # the standard library only at import; it imports Unsloth when called
+# helpers.model loads only the standard library at import; it imports Unsloth (and vLLM) only when called.
+from helpers.model import VLLM_REINSTALL_FIX, import_unsloth, vllm_disabled_reason
 
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
@@ -37,6 +39,7 @@ class Runtime:
     free_gpu_gb: float | None = None
     has_unsloth: bool = False
     has_vllm: bool = False
+    vllm_unavailable: str | None = None  # vLLM installed but not importable here: why (Unsloth's reason, if it said)
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -70,7 +73,7 @@ class Runtime:
         return (
             f"{where}, {self.gpu_name} (compute capability {cc}), {self.free_gpu_gb:.2f} of "
             f"{self.total_gpu_gb:.2f} GiB free, precision {self.precision}, unsloth={'yes' if self.has_unsloth else 'no'}, "
-            f"vllm={'yes' if self.has_vllm else 'no'}, backend={self.backend}"
+            f"vllm={'yes' if self.has_vllm else 'disabled' if self.vllm_unavailable else 'no'}, backend={self.backend}"
         )
 
 
@@ -82,6 +85,28 @@ def on_colab(environ=None) -> bool:
 
 def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
+
+
+# When vLLM is installed but cannot load (a broken compiled library, a torch/CUDA or transformers it does not match),
+# Unsloth disables it at import, records why (helpers.model.vllm_disabled_reason reads it) and hides it from
+# importlib.util.find_spec, so it looks "not installed". The fix is a fresh install into a fresh runtime.
+def vllm_unavailable_reason() -> str | None:
+    """Why vLLM, installed (its distribution is there), cannot be imported in this process: Unsloth's reason when
+    it disabled vLLM, else a plain statement. None when vLLM is simply not installed."""
+    reason = vllm_disabled_reason()
+    if reason:
+        return reason
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return f"vLLM {version} is installed but cannot be imported in this process."
+
+
+def vllm_disabled_message(reason: str) -> str:
+    """The RuntimeProblem text for an installed vLLM this process cannot use (not "not installed")."""
+    return (f"vLLM is installed but disabled in this process, and the GPU path generates with it "
+            f"(fast_inference=True). Reason: {reason} Fix: {VLLM_REINSTALL_FIX}")
 
 
 # PyTorch reads its allocator settings once, when CUDA starts in the process; set later they never apply.
@@ -138,8 +163,9 @@ def detect() -> Runtime:
 
     colab = on_colab()
     has_unsloth, has_vllm = _installed("unsloth"), _installed("vllm")
+    vllm_unavailable = None if has_vllm else vllm_unavailable_reason()
     if not torch.cuda.is_available():
-        return Runtime(on_colab=colab, has_unsloth=has_unsloth, has_vllm=has_vllm)
+        return Runtime(on_colab=colab, has_unsloth=has_unsloth, has_vllm=has_vllm, vllm_unavailable=vllm_unavailable)
     props = torch.cuda.get_device_properties(0)
     free, total = torch.cuda.mem_get_info(0)
     return Runtime(
@@ -150,6 +176,7 @@ def detect() -> Runtime:
         free_gpu_gb=free / GIB,
         has_unsloth=has_unsloth,
         has_vllm=has_vllm,
+        vllm_unavailable=vllm_unavailable,
     )
 
 
@@ -213,6 +240,8 @@ def check(rt: Runtime, *, want_gpu: bool | None = None, precision: str | None = 
             "Unsloth is not installed, and the GPU path loads the model through it. Fix: run the setup cell "
             "(it installs requirements.txt), or `pip install -r requirements.txt`, then restart the runtime."
         )
+    if want_gpu and not rt.has_vllm and rt.vllm_unavailable:
+        raise RuntimeProblem(vllm_disabled_message(rt.vllm_unavailable))
     if want_gpu and not rt.has_vllm:
         raise RuntimeProblem(
             "vLLM is not installed, and the GPU path generates with it (fast_inference=True). Fix: run the setup "

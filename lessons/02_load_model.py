@@ -57,7 +57,9 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train`.)
 #
 # The guard in the setup cell already checked that enough GPU memory is free *before* this load (an OOM here
-# usually means an earlier model is still in memory: Runtime > Restart session).
+# usually means an earlier model is still in memory: Runtime > Restart session). If vLLM's engine fails to start
+# (a compile or CUDA-graph error from this cell), add `vllm_enforce_eager=True` to `setup.prepare(...)` in the setup
+# cell and restart (docs/troubleshooting.md, "The vLLM engine fails to start").
 
 # %%
 from helpers.teaching import course
@@ -74,6 +76,8 @@ if kit.on_gpu:
         fast_inference=p.fast_inference,                  # True: vLLM generates, sharing these weights
         max_lora_rank=p.lora_rank,                        # vLLM must know the largest adapter it will serve
         gpu_memory_utilization=p.gpu_memory_utilization,  # vLLM's share of the card: weights + KV cache
+        # vllm_enforce_eager=True (only with fast_inference): vLLM without CUDA graphs, if its engine fails to start
+        **({"enforce_eager": True} if p.vllm_enforce_eager else {}),
     )
     model = FastLanguageModel.get_peft_model(
         model,

@@ -74,7 +74,8 @@ course.print_preset(kit.preset)
 #
 # These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
 # `start` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
-# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02; `load_data` drops prompts longer
+# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02 (if vLLM's engine fails to start
+# there, `vllm_enforce_eager=True` in `setup.prepare(...)`: docs/troubleshooting.md); `load_data` drops prompts longer
 # than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
 #
 # The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's last exercise.
@@ -200,6 +201,7 @@ result
 # %%
 from trl import GRPOTrainer
 
+from helpers.model import check_trainer_uses_model_engine
 from helpers.run.trl_patches import patch_trl_for_cpu
 
 if not on_gpu:
@@ -212,6 +214,7 @@ trainer = GRPOTrainer(
     train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
     callbacks=pipeline.kit_callbacks(state),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
 )
+check_trainer_uses_model_engine(trainer, model)  # GPU: samples with the model's vLLM engine + adapter (CPU: no-op)
 print("reward functions:", [f.__name__ for f in reward_funcs])
 print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
 

@@ -96,18 +96,20 @@ result
 # and here, the run folder lives on Google Drive and is found again; or your instructor shares a pre-trained adapter
 # (`STAGED_ADAPTER`: a folder, e.g. on Drive, or a Hugging Face repo id). If none is found, the cell says where it
 # looked and what to do. `TRAIN_IF_MISSING = True` instead trains a tiny run (2 steps) so the rest still works -
-# the numbers then show the mechanics, not a trained model.
+# the numbers then show the mechanics, not a trained model. The tiny run's model is then used below instead of
+# loading it again: on a GPU it holds this runtime's vLLM engine, and a second one does not fit.
 
 # %%
 from helpers.teaching import course
 
+model = tokenizer = None  # loaded in the next cell, unless the tiny run already holds them
 try:
     adapter = setup.locate_adapter(kit, staged=STAGED_ADAPTER)
 except setup.AdapterMissing as missing:
     if not TRAIN_IF_MISSING:
         raise
     print(f"[grpo-kit] {missing}")  # where it looked, and the fixes
-    adapter = course.train_tiny_adapter(kit)
+    adapter, model, tokenizer = course.train_tiny_adapter(kit)  # its trained model (on a GPU: its vLLM engine)
 
 # %% [markdown]
 # ## Greedy: before vs after, side by side
@@ -119,7 +121,8 @@ except setup.AdapterMissing as missing:
 # %%
 from helpers import data, evaluation
 
-model, tokenizer = evaluation.load_for_eval(kit.preset, adapter, kit.runtime)  # answers with and without the adapter
+if model is None:  # answers with and without the adapter (a tiny run's model already does)
+    model, tokenizer = evaluation.load_for_eval(kit.preset, adapter, kit.runtime)
 rows = data.heldout_questions(kit.preset)  # the held-out questions 05 evaluated on
 result = evaluation.before_after(model, tokenizer, rows, kit.preset, adapter)  # greedy: {"before": ..., "after": ...}
 evaluation.show_side_by_side(result["before"], result["after"], limit=3)

@@ -138,6 +138,8 @@ def test_unfinished_run_is_resumed_from_latest_complete(tmp_path, capsys):
     run = _unfinished(tmp_path)
     plan = plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=5))  # more steps: allowed
     assert plan.resume_from.step == 2 and plan.continuing
+    # vLLM's engine failed to start mid-run: resuming in eager mode trains the same recipe (troubleshooting.md)
+    assert plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, vllm_enforce_eager=True)).continuing
     out = capsys.readouterr().out
     assert "resuming from step 2" in out
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]

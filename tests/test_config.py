@@ -79,3 +79,24 @@ def test_bf16_sampling_is_a_cpu_backend_setting():
     validate(get_preset("cpu", cpu_bf16_sampling=True), fake_runtime("cpu"))
     with pytest.raises(PresetError, match=r"cpu_bf16_sampling=True: applies to the cpu backend only.*vLLM.*Fix"):
         validate(get_preset("t4", cpu_bf16_sampling=True), fake_runtime("t4"))
+
+
+def test_vllm_enforce_eager_applies_only_where_unsloth_starts_vllm():
+    from helpers.model import unsloth_load_kwargs
+
+    eager = get_preset("t4", vllm_enforce_eager=True)
+    validate(eager, fake_runtime("t4"))
+    assert unsloth_load_kwargs(eager)["enforce_eager"] is True
+    with pytest.raises(PresetError, match=r"vllm_enforce_eager=True cannot apply: without fast_inference.*Fix"):
+        validate(get_preset("t4", vllm_enforce_eager=True, fast_inference=False), fake_runtime("t4"))
+    with pytest.raises(PresetError, match=r"vllm_enforce_eager=True cannot apply: TRL's GRPOConfig.*vllm-serve"):
+        validate(get_preset("a100x2-qwen7b-lora", vllm_enforce_eager=True), num_processes=2)
+    with pytest.raises(PresetError, match=r"vllm_enforce_eager=True cannot apply: .*vLLM needs a GPU"):
+        validate(get_preset("cpu", vllm_enforce_eager=True))
+
+
+def test_the_vllm_fields_of_the_other_backends_are_still_refused_and_allowed():
+    """vllm_mode & co. configure TRL's own vLLM: refused on the unsloth backend, accepted on trl-vllm."""
+    with pytest.raises(PresetError, match=r"vllm_mode='server' cannot apply: it configures TRL's own vLLM"):
+        validate(get_preset("t4", vllm_mode="server"), fake_runtime("t4"))
+    validate(get_preset("8xh100-qwen7b-lora"), num_processes=6)

@@ -137,6 +137,67 @@ def test_from_pretrained_accepts_kit_kwargs(t4_settings, unsloth_root):
     _assert_known({"dtype": None}, FROM_PRETRAINED)
 
 
+def _forwards_all_kwargs(fn, callee: str) -> bool:
+    """Whether fn calls `callee(..., **<fn's own **kwargs>)`: every key it did not name goes on to callee."""
+    kw = ps.signature(fn).var_kwargs
+    return kw is not None and any(
+        isinstance(node, ast.Call) and ast.unparse(node.func) == callee
+        and any(k.arg is None and isinstance(k.value, ast.Name) and k.value.id == kw for k in node.keywords)
+        for node in ast.walk(fn))
+
+
+def test_enforce_eager_reaches_the_vllm_engine(t4_settings, unsloth_root, zoo_root, vllm_root):
+    """vllm_enforce_eager=True: FastLanguageModel.from_pretrained(enforce_eager=True) reaches vLLM's engine.
+
+    The path in the pinned sources, for the t4 preset's Qwen2 model: FastLanguageModel.from_pretrained has no such
+    parameter and passes its **kwargs whole to dispatch_model.from_pretrained (FastQwen2Model for model_type
+    "qwen2"), which passes them to FastLlamaModel.from_pretrained; that copies every argument of unsloth_zoo's
+    load_vllm found in its kwargs into the load_vllm call; load_vllm hands enforce_eager to vLLM's EngineArgs."""
+    from dataclasses import replace
+
+    from helpers.model import unsloth_load_kwargs
+
+    kwargs = unsloth_load_kwargs(replace(t4_settings, vllm_enforce_eager=True))
+    assert kwargs["enforce_eager"] is True and kwargs["fast_inference"] is True
+    assert "enforce_eager" not in unsloth_load_kwargs(t4_settings), "the default passes nothing new"
+
+    loader_tree = ps.parse("unsloth", "unsloth/models/loader.py")
+    fast_lm = FROM_PRETRAINED[0].node()
+    assert "enforce_eager" not in ps.signature(fast_lm).names
+    assert "dispatch_model = FastQwen2Model" in ast.unparse(fast_lm), "qwen2 no longer dispatches to FastQwen2Model"
+    assert _forwards_all_kwargs(fast_lm, "dispatch_model.from_pretrained")
+    engine_kwargs = next(n for n in loader_tree.body if isinstance(n, ast.Assign)
+                         and any(getattr(t, "id", None) == "_VLLM_ENGINE_KWARGS" for t in n.targets))
+    assert "enforce_eager" in ast.literal_eval(engine_kwargs.value), "Unsloth no longer lists it as a vLLM argument"
+
+    qwen2 = ps.find_function(ps.parse("unsloth", "unsloth/models/qwen2.py"), "FastQwen2Model.from_pretrained")
+    assert _forwards_all_kwargs(qwen2, "FastLlamaModel.from_pretrained")
+    llama = ast.unparse(ps.find_function(ps.parse("unsloth", "unsloth/models/llama.py"),
+                                         "FastLlamaModel.from_pretrained"))
+    for line in ("allowed_args = inspect.getfullargspec(load_vllm).args",
+                 "if allowed_arg not in load_vllm_kwargs and allowed_arg in kwargs:",
+                 "load_vllm_kwargs[allowed_arg] = kwargs[allowed_arg]", "llm = load_vllm(**load_vllm_kwargs)"):
+        assert line in llama, f"FastLlamaModel.from_pretrained no longer forwards load_vllm's arguments ({line})"
+
+    load_vllm = ps.find_function(ps.parse("unsloth_zoo", "unsloth_zoo/vllm_utils.py"), "load_vllm")
+    assert "enforce_eager" in ps.signature(load_vllm).names
+    assert any(isinstance(n, ast.keyword) and n.arg == "enforce_eager" and getattr(n.value, "id", None) == "enforce_eager"
+               for n in ast.walk(load_vllm)), "load_vllm no longer passes enforce_eager to vLLM's engine arguments"
+    engine_args = ps.find_class(ps.parse("vllm", "vllm/engine/arg_utils.py"), "EngineArgs")
+    assert "enforce_eager" in ps.class_fields(engine_args)
+
+
+def test_trl_has_no_enforce_eager_for_its_own_vllm():
+    """The trl-vllm backend refuses vllm_enforce_eager (helpers.config) because TRL 1.15 cannot pass it on."""
+    import inspect
+
+    import trl
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    assert not [f.name for f in dataclasses.fields(trl.GRPOConfig) if "eager" in f.name]
+    assert "enforce_eager" not in inspect.signature(VLLMGeneration.__init__).parameters
+
+
 def test_get_peft_model_accepts_kit_kwargs(t4_settings, unsloth_root):
     from helpers.model import unsloth_peft_kwargs
 
@@ -435,3 +496,23 @@ def test_unsloth_zoo_sets_expandable_segments_only_without_standby(zoo_root):
     init = (zoo_root / "unsloth_zoo" / "__init__.py").read_text()
     assert 'os.environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"' in init, \
         "helpers.runtime.configure_cuda_allocator copies unsloth_zoo's allocator choice"
+
+
+def test_unsloth_patches_trl_vllm_generation_as_the_trainer_check_expects(unsloth_root):
+    """helpers.model.check_trainer_uses_model_engine reads what Unsloth's patch of trl's VLLMGeneration leaves:
+    self.llm = model.vllm_engine, self._unsloth_load_lora = model.load_lora, and a marked generate wrapper."""
+    import trl.generation.vllm_generation as vg
+
+    from helpers.model import UNSLOTH_LORA_GENERATE_MARK, UNSLOTH_LORA_LOADER
+
+    src = (unsloth_root / "unsloth" / "models" / "rl_replacements.py").read_text()
+    patch = ast.unparse(ps.find_function(ast.parse(src), "vllm_generation_init_patch"))
+    assert "self.llm = model.vllm_engine" in patch
+    assert f"self.{UNSLOTH_LORA_LOADER} = model.load_lora" in patch
+    assert f"_UNSLOTH_GENERATE_WRAPPED = '{UNSLOTH_LORA_GENERATE_MARK}'" in patch
+    assert "setattr(generate, _UNSLOTH_GENERATE_WRAPPED, True)" in patch
+    assert "vllm_generation.VLLMGeneration.generate = generate" in patch
+    # the pinned TRL: the trainer keeps its VLLMGeneration as vllm_generation, which holds the engine as llm
+    trainer_src = (Path(vg.__file__).parents[1] / "trainer" / "grpo_trainer.py").read_text()
+    assert "self.vllm_generation = VLLMGeneration(" in trainer_src
+    assert "self.llm = LLM(" in Path(vg.__file__).read_text()

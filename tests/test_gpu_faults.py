@@ -302,3 +302,234 @@ def test_memory_monitor_module_does_not_import_transformers():
     code = "import sys, helpers.memory.monitor; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------ the shared-prefix pre-fill is a CPU speed-up, nowhere else
+
+
+class PrefillSpyModel:
+    """A model on `device` whose generate records its inputs; a pre-fill (a forward call) raises."""
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.config = None
+        self.generated = []
+
+    def __call__(self, **kwargs):
+        raise AssertionError("pre-filled the shared prefix")
+
+    def generate(self, **kwargs):
+        self.generated.append(kwargs)
+        return kwargs["input_ids"]
+
+
+def _shared_prefix_batch():
+    prefix = list(range(10, 10 + 2 * hm.MIN_SHARED_PREFIX))  # long enough to be worth pre-filling on CPU
+    ids = torch.tensor([[0] + prefix + [5, 6], prefix + [7, 8, 9]])  # row 0 left-padded with id 0
+    return ids, (ids != 0).long()
+
+
+@pytest.mark.parametrize("device", ["cuda", "meta"])
+def test_a_model_off_the_cpu_goes_through_plain_generate(device):
+    """Unsloth's generate drops a pre-filled cache and may not honour a padding gap mid-row: on a GPU (a model
+    without a vLLM engine) the inputs reach generate untouched, with no cache."""
+    model, (ids, mask) = PrefillSpyModel(device), _shared_prefix_batch()
+    assert hm.generate_shared_prefix(model, ids, mask, max_new_tokens=4) is ids
+    (call,) = model.generated
+    assert call["input_ids"] is ids and call["attention_mask"] is mask and "past_key_values" not in call
+    with pytest.raises(AssertionError, match="pre-filled"):  # the same batch on the CPU is pre-filled
+        hm.generate_shared_prefix(PrefillSpyModel("cpu"), ids, mask, max_new_tokens=4)
+
+
+# ----------------------------------------- vLLM installed but disabled by Unsloth is not "vLLM is not installed"
+
+BROKEN = "Unsloth: Detected broken vLLM binary extension; disabling vLLM imports and continuing import."
+
+
+def unsloth_disabled_vllm(monkeypatch, reason=BROKEN):
+    """What importing Unsloth leaves when it disabled vLLM: its reason recorded, vllm hidden from find_spec."""
+    fixes = types.ModuleType("unsloth.import_fixes")
+    fixes.VLLM_DISABLED_REASON = reason
+    monkeypatch.setitem(sys.modules, "unsloth.import_fixes", fixes)
+    real_find_spec = rt.importlib.util.find_spec
+    monkeypatch.setattr(rt.importlib.util, "find_spec",
+                        lambda name, package=None: None if name == "vllm" else real_find_spec(name, package))
+
+
+def test_vllm_disabled_by_unsloth_gives_unsloths_reason_and_the_fix(monkeypatch):
+    unsloth_disabled_vllm(monkeypatch)
+    seen = rt.detect()
+    assert not seen.has_vllm and seen.vllm_unavailable == BROKEN
+    gpu = replace(rt.fake_runtime("t4"), has_vllm=False, vllm_unavailable=seen.vllm_unavailable)
+    with pytest.raises(rt.RuntimeProblem) as err:
+        rt.check(gpu, want_gpu=True)
+    message = str(err.value)
+    assert "installed but disabled" in message and BROKEN in message and "Disconnect and delete runtime" in message
+    assert "not installed" not in message
+    assert "vllm=disabled" in gpu.describe()
+
+
+def test_vllm_installed_but_hidden_without_a_reason_says_so(monkeypatch):
+    unsloth_disabled_vllm(monkeypatch, reason=None)
+    monkeypatch.setattr(rt.importlib.metadata, "version", lambda name: "0.19.1" if name == "vllm" else "1")
+    assert rt.detect().vllm_unavailable == "vLLM 0.19.1 is installed but cannot be imported in this process."
+
+
+def test_vllm_really_missing_still_says_not_installed(monkeypatch):
+    monkeypatch.delitem(sys.modules, "unsloth.import_fixes", raising=False)
+    def missing(name):
+        raise rt.importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(rt.importlib.metadata, "version", missing)
+    assert rt.detect().vllm_unavailable is None
+    with pytest.raises(rt.RuntimeProblem, match="vLLM is not installed"):
+        rt.check(rt.fake_runtime("t4", has_vllm=False), want_gpu=True)
+
+
+def test_the_guard_says_so_when_importing_unsloth_just_disabled_vllm(monkeypatch):
+    """The first setup cell checks the runtime before Unsloth is imported; importing it may disable vLLM."""
+    from helpers.run import guard
+
+    unsloth_disabled_vllm(monkeypatch)
+    monkeypatch.setattr(rt, "start_gpu_process", lambda backend: None)  # Unsloth "imported"
+    with pytest.raises(rt.RuntimeProblem, match=r"installed but disabled.*broken vLLM binary.*Fix: Runtime"):
+        guard.check_before_loading(T4, rt.fake_runtime("t4"))
+    guard.check_before_loading(replace(T4, fast_inference=False), rt.fake_runtime("t4"))  # no vLLM needed
+
+
+def test_load_unsloth_stops_before_loading_when_vllm_was_disabled(monkeypatch):
+    loads = fake_unsloth(monkeypatch, FakeVllmModel, disabled_reason=BROKEN + "\n")
+    with pytest.raises(hm.ModelSetupError, match=r"WITHOUT vLLM.*broken vLLM binary.*Fix: Runtime > Disconnect"):
+        hm.load_unsloth(T4)
+    assert loads == [], "Unsloth's loader would raise its own error without the kit's fix"
+
+
+# --------------------------------------------- the trainer samples with the model's own vLLM engine and adapter
+
+
+class PatchedVLLMGeneration:
+    """TRL's VLLMGeneration as Unsloth's patch leaves it: llm = model.vllm_engine, the model's load_lora kept, and
+    generate wrapped (and marked) to send the adapter with every request."""
+
+    def __init__(self, llm, load_lora):
+        self.llm = llm
+        self._unsloth_load_lora = load_lora
+
+    def generate(self, *args, **kwargs):
+        return []
+
+
+setattr(PatchedVLLMGeneration.generate, hm.UNSLOTH_LORA_GENERATE_MARK, True)
+
+
+class UnpatchedVLLMGeneration:
+    """TRL's own VLLMGeneration: Unsloth's patch did not apply."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def generate(self, *args, **kwargs):
+        return []
+
+
+def trainer_with(generation=None):
+    return types.SimpleNamespace(vllm_generation=generation) if generation is not None else types.SimpleNamespace()
+
+
+def test_a_trainer_on_the_models_engine_passes():
+    model = FakeVllmModel()
+    hm.check_trainer_uses_model_engine(trainer_with(PatchedVLLMGeneration(model.vllm_engine, model.load_lora)), model)
+
+
+def test_a_trainer_with_its_own_engine_is_refused_with_the_fix():
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"vLLM engine of its own.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(FakeEngine())), model)
+
+
+def test_a_trainer_without_an_engine_on_a_fast_inference_model_is_refused():
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"has no vLLM engine.*use_vllm.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(), model)
+
+
+def test_the_models_engine_without_unsloths_lora_wrapper_is_refused():
+    """Half-patched: the engine is shared, but nothing sends the adapter: rollouts from the base model."""
+    model = FakeVllmModel()
+    with pytest.raises(hm.ModelSetupError, match=r"base model.*Fix: restart the runtime"):
+        hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(model.vllm_engine)), model)
+    unpatched_loader = PatchedVLLMGeneration(model.vllm_engine, None)
+    with pytest.raises(hm.ModelSetupError, match=r"base model"):
+        hm.check_trainer_uses_model_engine(trainer_with(unpatched_loader), model)
+
+
+def test_older_trl_keeps_the_engine_on_trainer_llm():
+    model = FakeVllmModel()
+    hm.check_trainer_uses_model_engine(types.SimpleNamespace(llm=model.vllm_engine), model)
+    with pytest.raises(hm.ModelSetupError, match="of its own"):
+        hm.check_trainer_uses_model_engine(types.SimpleNamespace(llm=FakeEngine()), model)
+
+
+def test_a_model_without_an_engine_has_nothing_to_check():
+    """The CPU path (a peft model) and fast_inference=False: whatever the trainer holds, no error."""
+    hm.check_trainer_uses_model_engine(trainer_with(), ModelWithoutEngine())
+    hm.check_trainer_uses_model_engine(trainer_with(UnpatchedVLLMGeneration(FakeEngine())), ModelWithoutEngine())
+
+
+def test_the_pipeline_checks_the_trainer_it_builds(monkeypatch):
+    import trl
+
+    from helpers.run import pipeline
+
+    model = FakeVllmModel()
+    monkeypatch.setattr(pipeline, "grpo_config", lambda state: "config")
+    monkeypatch.setattr(pipeline, "kit_callbacks", lambda state: [])
+    state = types.SimpleNamespace(model=model, tokenizer=FakeTokenizer(), reward_funcs=[len])
+    for generation, ok in ((PatchedVLLMGeneration(model.vllm_engine, model.load_lora), True),
+                           (UnpatchedVLLMGeneration(FakeEngine()), False)):
+        monkeypatch.setattr(trl, "GRPOTrainer", lambda _g=generation, **kwargs: trainer_with(_g))
+        if ok:
+            assert pipeline.build_trainer(state, []).vllm_generation is generation
+        else:
+            with pytest.raises(hm.ModelSetupError, match="of its own"):
+                pipeline.build_trainer(state, [])
+
+
+# -------------------------------------- 06 with TRAIN_IF_MISSING on a GPU: one vLLM engine, evaluated in place
+
+
+def _lesson_cell(lesson: str, marker: str) -> str:
+    """The code cell of lessons/<lesson>.py (jupytext percent format) that contains `marker`."""
+    cells = (ROOT / "lessons" / f"{lesson}.py").read_text().split("\n# %%")
+    (cell,) = [c for c in cells if marker in c and not c.lstrip().startswith("[markdown]")]
+    return cell.split("\n", 1)[1]
+
+
+def test_06_train_if_missing_on_a_gpu_evaluates_with_the_tiny_runs_engine(tmp_path, monkeypatch, fake_vllm):
+    """Before: the tiny run loaded the model (vLLM engine 1) and 06 then loaded it again for evaluation, which
+    helpers.model refuses ("a vLLM engine is already running"): a dead end. Now 06 evaluates with the tiny run's
+    model. The two cells of 06 run here as a notebook runs them, on a faked T4 with a faked Unsloth."""
+    from helpers import evaluation, notebook_setup
+    from helpers.run import pipeline
+
+    loads = fake_unsloth(monkeypatch, FakeVllmModel)
+    preset = replace(T4, dataset="synthetic", eval_size=2)  # offline questions
+    kit = notebook_setup.Kit(root=ROOT, runtime=rt.fake_runtime("t4"), preset=preset, run_dir=tmp_path, overrides={})
+
+    def tiny_run(preset, options, reward_funcs=None):  # what pipeline.run leaves: the model it loaded and trained
+        model, tokenizer = hm.load(preset, kit.runtime)
+        sharing.save_adapter(model, tokenizer, options.run_dir / "adapter")
+        (options.run_dir / "adapter" / "adapter_config.json").write_text("{}")
+        return types.SimpleNamespace(model=model, tokenizer=tokenizer, summary={})
+
+    monkeypatch.setattr(pipeline, "run", tiny_run)
+    notebook = {"kit": kit, "setup": notebook_setup, "STAGED_ADAPTER": None, "TRAIN_IF_MISSING": True}
+    for marker in ("course.train_tiny_adapter(", "evaluation.load_for_eval("):
+        exec(compile(_lesson_cell("06_evaluate_and_save", marker), "<06>", "exec"), notebook)  # noqa: S102
+
+    assert len(loads) == 1, "one vLLM engine: 06 evaluated with the tiny run's model"
+    assert notebook["model"].vllm_engine is hm.loaded_vllm_engine()
+    result = notebook["result"]
+    assert {s["completion"] for s in result["before"]["samples"]} == {"base"}  # no adapter: the base model
+    assert {s["completion"] for s in result["after"]["samples"]} == {"answer-for:trained-v2"}  # the saved adapter
+    with pytest.raises(hm.ModelSetupError, match="already running"):  # the dead end the lesson no longer takes
+        evaluation.load_for_eval(kit.preset, notebook["adapter"], kit.runtime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -161,22 +162,23 @@ def test_train_run_continues_a_finished_run_when_max_steps_is_raised(tmp_path, m
 
 
 def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
-    def fake_run_all(preset, options, reward_funcs=None):
+    def fake_run(preset, options, reward_funcs=None):
         seen.append(preset)
         (options.run_dir / "adapter").mkdir(parents=True)
         for name in notebook_setup.ADAPTER_FILES:
             (options.run_dir / "adapter" / name).write_text("{}")
-        return {"steps": preset.max_steps}
+        return SimpleNamespace(model="the trained model", tokenizer="its tokenizer", summary={"steps": 2})
 
     seen = []
-    monkeypatch.setattr(pipeline, "run_all", fake_run_all)
+    monkeypatch.setattr(pipeline, "run", fake_run)
     kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
-    assert course.train_tiny_adapter(kit) == tmp_path / "adapter"
+    # the model the run trained comes back with the adapter (06 evaluates with it: tests/test_gpu_faults.py)
+    assert course.train_tiny_adapter(kit) == (tmp_path / "adapter", "the trained model", "its tokenizer")
     assert seen[0].max_steps == 2 and seen[0].eval_size == 4
 
 
 def test_tiny_run_without_an_adapter_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "run_all", lambda *a, **k: {"steps": 2})
+    monkeypatch.setattr(pipeline, "run", lambda *a, **k: SimpleNamespace(model=None, tokenizer=None, summary={}))
     with pytest.raises(FileNotFoundError, match="wrote no adapter"):
         course.train_tiny_adapter(_tiny_kit(tmp_path))
 

@@ -8,6 +8,7 @@ separate test starts 06 in an empty RUN_DIR to check it stands on its own (it tr
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -195,6 +196,14 @@ def test_02_passes_the_keywords_the_pinned_unsloth_accepts():
 
     t4, code = get_preset("t4"), _code("02_load_model")
     assert _keywords(code, "FastLanguageModel.from_pretrained") == set(unsloth_load_kwargs(t4))
+    # vllm_enforce_eager=True adds enforce_eager through the call's ** (a keyword only when asked for)
+    (splat,) = [k.value for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "FastLanguageModel.from_pretrained" for k in node.keywords if k.arg is None]
+    for preset in (t4, get_preset("t4", vllm_enforce_eager=True)):
+        extra = eval(compile(ast.Expression(splat), "<02>", "eval"), {"p": preset})  # noqa: S307 - the lesson's own code
+        kit = unsloth_load_kwargs(preset)
+        assert _keywords(code, "FastLanguageModel.from_pretrained") | set(extra) == set(kit)
+        assert extra.get("enforce_eager") == kit.get("enforce_eager")
     assert _keywords(code, "FastLanguageModel.get_peft_model") == set(unsloth_peft_kwargs(t4))
     assert _keywords(code, "LoraConfig") == set(peft_lora_kwargs(t4))
 

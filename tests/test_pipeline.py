@@ -4,6 +4,7 @@ reaches the trainer's GRPOConfig / the model loader / the run's config.json, or 
 import json
 import subprocess
 import sys
+import types
 from dataclasses import fields
 from pathlib import Path
 
@@ -27,6 +28,7 @@ CHANGES = {
     "load_in_4bit": (True, "load_in_4bit"),
     "fast_inference": (True, "fast_inference"),
     "gpu_memory_utilization": (0.4, "gpu_memory_utilization"),
+    "vllm_enforce_eager": (True, "vllm_enforce_eager"),
     "vllm_mode": ("server", "vllm_mode"),
     "vllm_server_host": ("10.0.0.1", "vllm_server_host"),
     "vllm_server_port": (8001, "vllm_server_port"),
@@ -185,6 +187,7 @@ def test_reward_functions_come_from_the_caller_or_the_command_line(tmp_path, mon
 def test_the_command_line_runs_the_same_steps_as_the_notebook(monkeypatch, tmp_path):
     order = []
     for step in ("start", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"):
-        monkeypatch.setattr(pipeline, step, lambda *a, _s=step, **k: order.append(_s) or (None, None))
+        monkeypatch.setattr(pipeline, step, lambda *a, _s=step, **k: order.append(_s) or (
+            types.SimpleNamespace() if _s == "start" else (None, None)))
     assert train.main(["--run-dir", str(tmp_path)]) == 0
     assert order == ["start", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"]

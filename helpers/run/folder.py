@@ -20,7 +20,7 @@ class RunDirError(ValueError):
 
 
 # Settings that may change between a first start and its resume (they do not change what is trained).
-RESUMABLE_CHANGES = ("max_steps", "eval_size", "eval_max_new_tokens")
+RESUMABLE_CHANGES = ("max_steps", "eval_size", "eval_max_new_tokens", "vllm_enforce_eager")
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (SUMMARY_FILE, "metrics.jsonl", "adapter", "before.json", "config.json")
 CONFIG_FILE = "config.json"

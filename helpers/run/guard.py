@@ -28,4 +28,6 @@ def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_
     want_gpu = preset.backend == "unsloth"
     warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     rt.start_gpu_process(preset.backend)  # Unsloth before TRL (which a reward module may import)
+    if want_gpu and preset.fast_inference and (reason := rt.vllm_disabled_reason()):
+        raise rt.RuntimeProblem(rt.vllm_disabled_message(reason))  # importing Unsloth just disabled vLLM
     return warnings

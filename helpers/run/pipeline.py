@@ -10,6 +10,8 @@ so the two cannot drift:
     train(state, trainer)                                   # resumes from the latest complete checkpoint
     summary = finish(state, trainer, heldout, before)       # adapter/, evaluation after, plots, summary.json
 
+`run` does every step and returns the state (the trained model with it); `run_all` returns just the summary.
+
 Names: `RunState` is what the steps hand each other; `state.run_dir` is the run folder on disk (helpers.run.folder
 plans it); the package helpers.run is the run's wing as a whole.
 """
@@ -30,7 +32,7 @@ from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_be
                                 write_eval, write_samples)
 from helpers.memory.monitor import MemoryMonitor
 from helpers.memory.oom_doctor import oom_advice
-from helpers.model import load, load_trl_vllm
+from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
 from helpers.rewards import DEFAULT_REWARDS
 from helpers.run.checkpoints import KeepLastCheckpoints, checkpoint_root
 from helpers.run.dashboard import TrainingDashboard
@@ -103,6 +105,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     model: object = None
     tokenizer: object = None
+    summary: dict | None = None  # what finish returned (run() sets it)
 
     @property
     def run_dir(self) -> Path:
@@ -224,10 +227,11 @@ def kit_callbacks(state: RunState) -> list:
 
 
 def build_trainer(state: RunState, train_dataset):
-    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out."""
+    """Step 5: the GRPOTrainer, exactly as notebook 05 writes it out; on the GPU, checked to sample with the model's
+    own vLLM engine and its LoRA adapter (helpers.model.check_trainer_uses_model_engine)."""
     from trl import GRPOTrainer  # after Unsloth on the GPU path (helpers.run.guard imported it first)
 
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=state.model,
         processing_class=state.tokenizer,
         reward_funcs=state.reward_funcs,
@@ -235,6 +239,8 @@ def build_trainer(state: RunState, train_dataset):
         train_dataset=train_dataset,
         callbacks=kit_callbacks(state),
     )
+    check_trainer_uses_model_engine(trainer, state.model)
+    return trainer
 
 
 def prepare_trainer(trainer, preset: Preset | None = None) -> None:
@@ -314,12 +320,21 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     return summary
 
 
-def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
-    """Every step in order: what `python -m helpers.train` does, and what notebook 05 does cell by cell."""
+def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> RunState:
+    """Every step in order; returns the run's state: state.summary, and state.model / state.tokenizer, the trained
+    model. On a GPU that model holds this process's vLLM engine, the only one that fits: evaluate with it rather than
+    loading the model again (helpers.model refuses a second engine)."""
     state = start(preset, options, reward_funcs)
     load_model(state)
     train_dataset, heldout = load_data(state)
     before = evaluate_before(state, heldout)
     trainer = build_trainer(state, train_dataset)
     train(state, trainer)
-    return finish(state, trainer, heldout, before)
+    state.summary = finish(state, trainer, heldout, before)
+    return state
+
+
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
+    """Every step in order, returning the summary: what `python -m helpers.train` does, and what notebook 05 does
+    cell by cell."""
+    return run(preset, options, reward_funcs).summary

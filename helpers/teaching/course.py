@@ -299,7 +299,7 @@ class RssSampler:
 def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
               checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
     """Every step of the pipeline (helpers.run.pipeline.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
-    returns the summary. 05 runs the same steps cell by cell; this one call is for 06's tiny fallback run.
+    returns the summary. 05 runs the same steps cell by cell; this is the same in one call.
 
     Resumes by default: running it again with the same run folder continues an unfinished run from its latest
     complete checkpoint (helpers.run.folder.plan_run_folder); a finished run is shown, not retrained, unless
@@ -360,17 +360,24 @@ def run_files(run_dir) -> list[str]:
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
 
-def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4) -> Path:
-    """06 with no adapter anywhere and TRAIN_IF_MISSING = True: a tiny run into kit.run_dir (train_run), so the rest
-    of the notebook runs. Its numbers show the mechanics, not a trained model."""
+def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4):
+    """06 with no adapter anywhere and TRAIN_IF_MISSING = True: a tiny run into kit.run_dir (helpers.run.pipeline.run),
+    so the rest of the notebook runs. Its numbers show the mechanics, not a trained model.
+
+    Returns (adapter folder, model, tokenizer): the model the run trained, holding the trained adapter and, on a GPU,
+    this process's vLLM engine. 06 evaluates with it: loading the model again would start a second engine, which
+    does not fit next to the first and is refused (helpers.model.refuse_second_engine)."""
+    from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
+
     steps = min(steps, kit.preset.max_steps)
     print(f"[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) now; it shows the mechanics, "
           "not a trained model.")
-    train_run(kit, max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
+    preset = kit.preset.with_overrides(max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
+    state = pipeline.run(preset, pipeline.RunOptions(run_dir=Path(kit.run_dir)))
     adapter = Path(kit.run_dir) / "adapter"
     if not is_adapter(adapter):
         raise FileNotFoundError(f"the tiny run finished but wrote no adapter in {adapter}")
-    return adapter
+    return adapter, state.model, state.tokenizer
 
 
 def print_pass_at_k(pass_k: dict | None) -> None:
