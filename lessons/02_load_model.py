@@ -63,7 +63,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 
 # %%
 from helpers.teaching import course
-from helpers.model import import_unsloth, prepare_embedded_model
+from helpers.model import prepare_embedded_model
+from helpers.runtime import import_unsloth
 
 p = kit.preset
 memory = [course.memory_snapshot("before loading")]

@@ -379,7 +379,7 @@ def load_for_benchmark(preset, args, dtype, workdir: Path, scaled_util):
         preset = preset.with_overrides(model_name=str(folder))
     if scaled_util is not None:
         preset = preset.with_overrides(gpu_memory_utilization=scaled_util)
-    FastLanguageModel = kit_model.import_unsloth().FastLanguageModel
+    FastLanguageModel = rt.import_unsloth().FastLanguageModel
     load_kwargs = kit_model.unsloth_load_kwargs(preset)
     if dtype is not None:
         load_kwargs["dtype"] = dtype  # a real T4 gets fp16 by itself; a bigger card emulating one must ask

@@ -18,7 +18,7 @@ def test_t4_preset_avoids_what_fails_on_a_t4():
     assert t4.max_seq_length <= 1024 and t4.lora_rank <= 16
     kw = grpo_config_kwargs(t4, fake_runtime("t4"))
     assert kw["fp16"] is True and kw["bf16"] is False  # a T4 has no bf16
-    from helpers.model import UNSLOTH_ENV
+    from helpers.runtime import UNSLOTH_ENV
 
     assert UNSLOTH_ENV["UNSLOTH_VLLM_STANDBY"] == "0"  # standby hit illegal memory access on sm_75
 

@@ -479,7 +479,7 @@ def test_unsloth_sets_vllm_engine_only_with_a_started_engine(unsloth_root):
     assert "model.fast_generate = make_fast_generate_wrapper(model.generate)" in llama, \
         "the no-vLLM branch no longer sets fast_generate: has_vllm_engine's reason changed, re-read llama.py"
     fixes = (unsloth_root / "unsloth" / "import_fixes.py").read_text()
-    assert "VLLM_DISABLED_REASON" in fixes, "helpers.model.vllm_disabled_reason reads unsloth.import_fixes.VLLM_DISABLED_REASON"
+    assert "VLLM_DISABLED_REASON" in fixes, "helpers.runtime.vllm_disabled_reason reads unsloth.import_fixes.VLLM_DISABLED_REASON"
 
 
 def test_unsloth_zoo_load_lora_can_send_the_live_adapter(zoo_root):

@@ -147,7 +147,7 @@ def settings_from_preset(preset) -> MemorySettings:
 
     model_name -> table key, the load dtype from preset_load_dtype, fast_inference -> engine 'vllm' (+ its
     utilization), backend 'unsloth' -> Unsloth's chunked GRPO loss; the CPU backend trains in fp32 with TRL's own
-    loss. Standby is off: the kit always turns it off (helpers.model.UNSLOTH_ENV); `standby=True` asks what it would
+    loss. Standby is off: the kit always turns it off (helpers.runtime.UNSLOTH_ENV); `standby=True` asks what it would
     change.
     """
     cpu = preset.backend == "cpu"
