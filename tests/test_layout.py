@@ -73,3 +73,13 @@ def test_no_import_cycle_among_helpers_modules():
 
     cycles = [" -> ".join(c) for m in sorted(graph) if (c := path_back(m, m, {m}))]
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_readme_course_table_names_every_notebook_and_its_student_copy():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## The course"):readme.index("## Layout")]
+    lessons = {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| \[(\w+)\]\(notebooks/\1\.ipynb\) \|.*$", table, re.M)}
+    assert set(rows) == lessons, f"README course table: missing {sorted(lessons - set(rows))}"
+    for lesson, row in rows.items():
+        assert f"(notebooks/student/{lesson}.ipynb)" in row, f"{lesson}: no link to its student copy"
