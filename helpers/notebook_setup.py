@@ -4,11 +4,11 @@ The setup cell is the same in every notebook (SETUP_CELL below is its text; test
 It finds the kit's folder (on Colab: an earlier clone, an uploaded and unzipped copy, a copy on Google Drive, or
 a fresh clone), puts it on sys.path and calls into this module:
 
-    setup.install_if_colab(ROOT)      # Colab: the pinned stack, at most once per runtime (skipped when in place)
+    setup.install_if_colab(ROOT, lesson=LESSON)  # Colab: the lesson's pinned stack, at most once per runtime
     kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, ...)  # runtime, preset, guards, run folder
 
-The Colab design (which lessons need the T4, which run on a CPU runtime, how 06 gets an adapter) is in
-docs/colab.md; LESSONS below is its table. This module imports only the standard library at import time, so it
+The Colab design (05 is the one lesson on a T4; the others run on a CPU runtime, and Drive carries the run between
+them) is in docs/colab.md; LESSONS below is its table. This module imports only the standard library at import time, so it
 can run *before* the pinned stack (which replaces Colab's torch) is installed.
 """
 
@@ -53,7 +53,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)""".format(
@@ -79,15 +79,17 @@ class Lesson:
     why: str
 
 
-# docs/colab.md explains the choice. The GPU path (load, rewards, train, evaluate, save) runs top to bottom in one
-# T4 runtime inside 05 (helpers.run.pipeline); 06 reads that run folder from Drive or a staged adapter.
+# docs/colab.md explains the choice: one T4 runtime per class. The whole GPU path (load with Unsloth and vLLM,
+# evaluate, train, evaluate, save, opt-in exports) runs top to bottom in 05, so the GPU install, the restart, the
+# model download and the vLLM engine start are paid once; every other lesson installs the CPU stack and uses the
+# embedded model, whatever runtime it opens on. Drive carries the state between runtimes (04's reward, 05's run).
 LESSONS = {
     "01_setup": Lesson(False, "checks whatever runtime it is on; no model is trained"),
-    "02_load_model": Lesson(True, "loads Qwen2.5-1.5B in 4 bits through Unsloth and vLLM and reads the GPU memory"),
+    "02_load_model": Lesson(False, "loads the embedded model + LoRA with the calls 05 makes with Unsloth on the T4"),
     "03_data": Lesson(False, "data and prompt lengths: a tokenizer, no model"),
     "04_rewards": Lesson(False, "reward functions and GRPO's group maths on text: no model"),
-    "05_train": Lesson(True, "the GPU path: load, evaluate, train, evaluate, save, in one runtime"),
-    "06_evaluate_and_save": Lesson(True, "vLLM evaluation, merged and GGUF export of the trained adapter"),
+    "05_train": Lesson(True, "the T4 lab: load, evaluate, train, evaluate, save, in one runtime"),
+    "06_evaluate_and_save": Lesson(False, "evaluation, saving and exports, on the embedded model's run"),
     "07_memory_lab": Lesson(False, "predicts memory from the architecture; measures only if a GPU is there"),
 }
 
@@ -234,11 +236,14 @@ def _stale_imports(changed: set[str]) -> list[str]:
                   if any(d.lower().replace("_", "-") in canon for d in owners.get(module, ())))
 
 
-def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str | None = None) -> bool:
+def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str | None = None,
+                     lesson: str | None = None) -> bool:
     """On Colab, install the pinned stack for this runtime at most once; elsewhere do nothing. True if installed now.
 
     stack: "gpu" (requirements.txt: Unsloth, vLLM, the torch they pin) or "cpu" (requirements-colab-cpu.txt: the
-    embedded model, Colab's torch); default: "gpu" when a GPU is attached. Nothing is installed when every pinned
+    embedded model, Colab's torch); default: "gpu" only for a lesson that needs the T4 (LESSONS; None, an older
+    setup cell: any lesson) on a runtime with a GPU attached. A CPU lesson opened on a T4 runtime installs the CPU
+    stack: it needs nothing else, and its install is a minute, not the GPU stack's several. Nothing is installed when every pinned
     version is already importable (a second notebook in the same runtime, or a re-run). After an install the
     versions are checked again, and only then is the marker written. Then the GPU stack always restarts the session
     (it says so and ends the kernel; Colab restarts it); the CPU stack only when a distribution whose version changed
@@ -246,7 +251,7 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
     """
     if not on_colab():
         return False
-    stack = stack or ("gpu" if gpu_attached() else "cpu")
+    stack = stack or ("gpu" if lesson_needs_gpu(lesson) and gpu_attached() else "cpu")
     requirements = Path(root) / REQUIREMENTS[stack]
     pins = read_pins(requirements)
     marker = install_marker(requirements)
@@ -318,11 +323,12 @@ class Kit:
         return self.preset.backend == "unsloth"
 
 
-def resolve_preset_name(preset_name: str | None, runtime) -> str:
-    """None means automatic: 't4' when a GPU is visible, 'cpu' otherwise."""
+def resolve_preset_name(preset_name: str | None, runtime, lesson: str | None = None) -> str:
+    """None means automatic: 't4' for a lesson that needs the T4 on a runtime with a GPU, 'cpu' otherwise (a CPU
+    lesson installs the CPU stack, which has no Unsloth, even on a T4 runtime)."""
     if preset_name:
         return preset_name
-    return "t4" if runtime.has_gpu else "cpu"
+    return "t4" if runtime.has_gpu and lesson_needs_gpu(lesson) else "cpu"
 
 
 # ------------------------------------------------------------------------------------- the Drive run folder
@@ -447,15 +453,16 @@ def _download_adapter(repo_id: str) -> Path:
 
 def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = DEFAULT_RUN_DIR,
             root: str | os.PathLike | None = None, quiet: bool = False, lesson: str | None = None,
-            drive: bool = False, mount=None, **overrides) -> Kit:
+            drive: bool | None = False, mount=None, **overrides) -> Kit:
     """Detect the runtime, choose and validate the preset, and run the guards before anything is loaded.
 
     lesson: the notebook's name (LESSON in its parameters cell). A lesson that needs no GPU ("no GPU needed" in
-    LESSONS, docs/colab.md) runs on a Colab CPU runtime with the embedded model; one that needs the T4 stops on a
-    CPU runtime with the menu path, unless PRESET = "cpu" asks for the embedded model. None: needs the T4 (as the
-    older setup cell did).
+    LESSONS, docs/colab.md) gets the cpu preset (the embedded model) on any runtime, a T4 one included; 05, the T4
+    lab, stops on a CPU runtime with the menu path, unless PRESET = "cpu" asks for the embedded model. None: needs
+    the T4 (as the older setup cell did).
     drive: Colab only - the run folder lives on Google Drive (MyDrive/grpo-kit/runs/<RUN_DIR name>), whole,
-    adapter included, so a later runtime (06, another day) finds it. `mount` replaces google.colab.drive.mount.
+    adapter included, so a later runtime (05 after 04, 06 after 05, another day) finds it. None: on Colab yes,
+    elsewhere no (the lessons that carry state between runtimes, 04-06, default to it). `mount` replaces google.colab.drive.mount.
     overrides: preset fields (max_steps, eval_size, num_generations, per_device_train_batch_size,
     max_completion_length, ...); None values mean "the preset's own" and are dropped.
     Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
@@ -467,10 +474,12 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()
     runtime = rt.detect()
+    if drive is None:
+        drive = runtime.on_colab
     if runtime.on_colab and not runtime.has_gpu and needs_gpu and not preset_name:
         raise rt.RuntimeProblem(rt.NO_GPU_ON_COLAB)
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    preset = get_preset(resolve_preset_name(preset_name, runtime), **overrides)
+    preset = get_preset(resolve_preset_name(preset_name, runtime, lesson), **overrides)
     # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads; Unsloth first.
     warnings = guard.check_before_loading(preset, runtime)
     want_gpu = preset.backend == "unsloth"

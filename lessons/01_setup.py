@@ -14,7 +14,7 @@
 # - See the guards that stop a run *before* it fails: no GPU on Colab, bf16 on a T4, too little free memory.
 # - Know which preset you get automatically and how to pick another.
 #
-# **Expected time on a free Colab T4:** about 5-8 min (most of it the one-time install) (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): the one-time install of the CPU stack plus a few minutes of reading and running (estimate, not yet measured). On a CPU with the embedded model: under a minute.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -44,7 +44,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)

@@ -3,23 +3,25 @@
 #
 # # 02 · Loading the model (and where the memory went)
 #
-# On a GPU the kit loads **Qwen2.5-1.5B-Instruct in 4 bits through Unsloth** with `fast_inference=True`: vLLM generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter (a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct the same way minus vLLM (transformers + peft).
+# On the T4 the kit loads **Qwen2.5-1.5B-Instruct in 4 bits through Unsloth** with `fast_inference=True`: vLLM generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter (a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct the same way minus vLLM (transformers + peft).
+#
+# This lesson asks Colab for **no GPU**: it runs on a CPU runtime with the embedded model, and shows the Unsloth calls next to the CPU ones. The class's one T4 runtime is 05, the T4 lab, which makes these same two Unsloth calls, then prints the GPU memory figures explained below.
 #
 # ## Learning objectives
 #
 # - Load the policy model and add its LoRA adapter yourself: `FastLanguageModel.from_pretrained` + `get_peft_model` on a GPU, transformers + peft on a CPU.
-# - Measure where the memory went: `torch.cuda.memory_allocated` / `memory_reserved` and `nvidia-smi` on a GPU, process RSS on a CPU.
-# - Compare the measurement with the predicted breakdown for the t4 preset (when `helpers.memory` is available).
+# - Know where the memory goes: `torch.cuda.memory_allocated` / `memory_reserved` and `nvidia-smi` on a GPU (05 prints them on the T4), process RSS on a CPU (measured here).
+# - Read the predicted breakdown for the t4 preset against its 7 GB budget.
 # - See what the untrained model answers, and how the rewards score it.
 #
-# **Expected time on a free Colab T4:** about 3-5 min (model download and vLLM start) (estimate, not yet measured). On a CPU with the embedded model: about 1 min.
+# **Expected time on a Colab CPU runtime:** the CPU-stack install (about a minute, estimate) plus about a minute with the embedded model (9.2 s at CI's settings on the 2-core development machine, docs/instructor-guide.md).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
 PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
-LESSON = "02_load_model"      # docs/colab.md: needs the T4 runtime
+LESSON = "02_load_model"      # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
 USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
 MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
 EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
@@ -42,7 +44,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
@@ -50,16 +52,18 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # %% [markdown]
 # ## Load
 #
-# Two calls make the policy on a GPU: `FastLanguageModel.from_pretrained` loads the base model in 4 bits and, with
+# Two calls make the policy on the T4: `FastLanguageModel.from_pretrained` loads the base model in 4 bits and, with
 # `fast_inference=True`, starts a vLLM engine on the *same* weight tensors (generation is most of GRPO's time);
 # `FastLanguageModel.get_peft_model` adds the LoRA adapter, the only part that trains. On a CPU the same two steps
 # are transformers' `from_pretrained` and peft's `get_peft_model`, on the embedded SmolLM2-135M (no vLLM).
-# Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train`.)
+# Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train` and
+# for 05, the T4 lab.) This runtime takes the CPU branch; the Unsloth branch runs where the t4 preset does (05, or
+# `PRESET = "t4"` on a GPU machine with the GPU stack).
 #
-# The guard in the setup cell already checked that enough GPU memory is free *before* this load (an OOM here
-# usually means an earlier model is still in memory: Runtime > Restart session). If vLLM's engine fails to start
-# (a compile or CUDA-graph error from this cell), add `vllm_enforce_eager=True` to `setup.prepare(...)` in the setup
-# cell and restart (docs/troubleshooting.md, "The vLLM engine fails to start").
+# On a GPU the guard in the setup cell checks that enough memory is free *before* the load (an OOM there usually
+# means an earlier model is still in memory: Runtime > Restart session). If vLLM's engine fails to start (a compile
+# or CUDA-graph error from the load), add `vllm_enforce_eager=True` to `setup.prepare(...)` in the setup cell and
+# restart (docs/troubleshooting.md, "The vLLM engine fails to start").
 
 # %%
 from helpers.teaching import course
@@ -114,12 +118,15 @@ model.print_trainable_parameters()
 #
 # On a GPU three numbers disagree, and each is right about something:
 #
-# - `torch.cuda.memory_allocated()`: tensors PyTorch holds right now;
-# - `torch.cuda.memory_reserved()`: what PyTorch's caching allocator took from the driver (allocated + cache);
-# - `nvidia-smi`: the whole card - also vLLM's up-front reservation (`gpu_memory_utilization` x card: weights +
-#   KV cache) and the CUDA context, which PyTorch does not count.
+# - `torch.cuda.memory_allocated()`: tensors PyTorch holds right now. With Unsloth's in-process vLLM engine (standby
+#   off, the kit's setting) that includes vLLM's weights and its KV cache, which vLLM allocates up front
+#   (`gpu_memory_utilization` x card) through PyTorch;
+# - `torch.cuda.memory_reserved()`: what PyTorch's caching allocator took from the driver (allocated + cache, and
+#   the pools CUDA graphs capture into);
+# - `nvidia-smi`: the whole card - also the CUDA context and libraries' workspaces, which PyTorch does not count.
 #
-# A T4 shows 14.56 GB to PyTorch, not 16. On a CPU these figures need a GPU; the process RSS is what to watch.
+# A T4 shows 14.56 GB to PyTorch, not 16. 05 prints the three after its load on the T4. Here, on a CPU, the process
+# RSS is what to watch.
 
 # %%
 course.print_memory(memory)
@@ -175,11 +182,11 @@ result
 # ## Recap
 #
 # - `from_pretrained` then `get_peft_model` gives (model, tokenizer) on both paths; only the LoRA adapter is trainable.
-# - GPU memory has three views: allocated, reserved and nvidia-smi; vLLM's reservation is visible only in the last.
+# - GPU memory has three views: allocated, reserved and nvidia-smi; vLLM's up-front reservation goes through PyTorch, the CUDA context shows only in the last.
 # - The untrained model rarely follows the answer format: its rewards are low and, worse, often all equal.
 #
 # ## Exercises
 #
-# 1. On a GPU, change `gpu_memory_utilization` (e.g. `setup.prepare(..., gpu_memory_utilization=0.4)`) and reload in a fresh session. Which of the three memory figures moves?
+# 1. In 05 on the T4, change `gpu_memory_utilization` (e.g. `setup.prepare(..., gpu_memory_utilization=0.4)`) and reload in a fresh session. Which of the three memory figures printed after the load moves?
 # 2. Ask the model a question of your own: `from helpers.model import generate; from helpers.prompts import build_messages`, then `generate(model, tokenizer, [build_messages("...")], kit.preset)`.
 # 3. How many parameters does the LoRA adapter train, as a fraction of the model? What would `lora_rank=32` do to it?

@@ -12,7 +12,7 @@
 # - Use the playground to see every reward react to an edit.
 # - Recognise reward hacking, and the defences: correctness dominates, strict format, tag counts that punish repetition.
 #
-# **Expected time on a free Colab T4:** about 15 min (no GPU needed) (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): about 15 min (estimate, not yet measured). On a CPU with the embedded model: under a minute.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -20,7 +20,7 @@
 # Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
 PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
 LESSON = "04_rewards"         # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
-USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+USE_DRIVE = None              # None: Drive on Colab (04's reward reaches 05, 05's run reaches 06); local elsewhere
 MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
 EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
 RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
@@ -42,7 +42,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
@@ -291,7 +291,9 @@ from helpers.teaching.exercises import nb04 as ex
 # **100 words** (split on whitespace) and **0.0** to a longer one. Completions may be plain strings or chat
 # messages (`helpers.rewards.completion_text` handles both). Once it passes its check, the check cell saves it
 # to `RUN_DIR/my_rewards.py`, and **05 trains with it** next to the kit's five rewards: look for
-# `rewards/brevity_reward/mean` in 05's training logs.
+# `rewards/brevity_reward/mean` in 05's training logs. On Colab, 05 runs in another runtime (the T4 lab): with
+# `USE_DRIVE = None` (the default here and in 05) and the same `RUN_DIR`, the file is on your Google Drive and 05
+# finds it there.
 
 # %% tags=["solution"]
 # Exercise 4.1: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above

@@ -1,7 +1,9 @@
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/05_train.ipynb)
 #
-# # 05 · GRPO training within 7 GB
+# # 05 · The T4 lab: GRPO training within 7 GB
+#
+# This is the course's **one notebook on a GPU**: on Colab it opens a T4 runtime, and everything that needs the GPU happens here, in one runtime, so the GPU install, the restart, the model download and the vLLM engine start are paid once: load the model (02's calls, with Unsloth), evaluate, train, evaluate again, save, and export if you ask for it. The other lessons run on CPU runtimes; on Colab, Google Drive carries the state between them (`USE_DRIVE = None`, the default): your reward from 04 comes in, and the run goes out to 06.
 #
 # Now we train, with the calls a GRPO project is made of: TRL's `GRPOConfig(...)` written out from the preset, `GRPOTrainer(...)` with the rewards from 04, and `trainer.train()`. Around them, the same named steps `python -m helpers.train` runs (`helpers.run.pipeline`: `start`, `load_model`, `load_data`, `evaluate_before`, `finish`), so the notebook and the command line cannot drift. You watch it live on a dashboard, and a session that dies (a Colab disconnect) is resumed from its last checkpoint by running the cells again.
 #
@@ -11,7 +13,7 @@
 # - Read a GRPOConfig built from a preset for this runtime.
 # - Train while watching the live dashboard: reward per function, reward spread (no spread = no gradient), completion length, memory, the latest sampled completions and plain-words warnings.
 # - Save checkpoints (locally or on Google Drive) and resume an interrupted run.
-# - Know what the run folder holds (05 saves it; 06 reads it).
+# - Know what the run folder holds (05 saves it; 06 reads it), and export the trained model when you ask for it.
 #
 # **Expected time on a free Colab T4:** about 35-60 min for {{t4.max_steps}} steps (estimate, not yet measured). On a CPU with the embedded model: about 7-8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 22 s for `python -m helpers.train --preset cpu` on the 2-core development machine, 2026-11-23; machines of the same kind differ by up to 3.5x).
 #
@@ -20,7 +22,7 @@
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
 PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
-LESSON = "05_train"           # docs/colab.md: needs the T4 runtime
+LESSON = "05_train"           # docs/colab.md: the T4 lab, the one lesson that needs a GPU
 MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
 EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
 RUN_DIR = "runs/course"       # relative to the kit's folder: 05 saves the run here, 06 reads the adapter from here
@@ -30,7 +32,7 @@ MAX_COMPLETION_LENGTH = None  # tokens per completion during training
 EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 SAVE_STEPS = None             # a resumable checkpoint every N steps (None: about 5 per run, at most every 25; 0: none)
 KEEP = 2                      # how many of the latest checkpoints stay on disk
-USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+USE_DRIVE = None              # None: Drive on Colab (04's reward reaches 05, 05's run reaches 06); local elsewhere
 OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
 BETA_EXPERIMENT_STEPS = 8     # the beta 0 vs 0.04 experiment near the end: steps per run (0: skip it; CPU only)
 USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
@@ -48,7 +50,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
@@ -78,7 +80,9 @@ course.print_preset(kit.preset)
 # there, `vllm_enforce_eager=True` in `setup.prepare(...)`: docs/troubleshooting.md); `load_data` drops prompts longer
 # than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
 #
-# The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's last exercise.
+# The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's exercise 4.1 (on Colab
+# they come from Drive when both notebooks keep `USE_DRIVE = None` and the same `RUN_DIR`; if not, the cell says how
+# to bring them). The memory figures of 02 are printed around the load.
 
 # %%
 from helpers.rewards import DEFAULT_REWARDS
@@ -87,7 +91,10 @@ reward_funcs = list(DEFAULT_REWARDS) + (course.load_rewards(kit.run_dir) if USE_
 # (with USE_DRIVE = True the whole run folder, checkpoints included, is on Google Drive: the setup cell moved RUN_DIR)
 options = pipeline.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP)
 state = pipeline.start(kit.preset, options, reward_funcs, kit.runtime)  # checks, plans RUN_DIR, config.json
+memory = [course.memory_snapshot("before loading")]
 model, tokenizer = pipeline.load_model(state)                # 02's from_pretrained + get_peft_model
+memory.append(course.memory_snapshot("after loading"))
+course.print_memory(memory)                                  # GPU: allocated, reserved, nvidia-smi (02); CPU: RSS
 train_dataset, heldout = pipeline.load_data(state)           # 03's questions, long prompts dropped
 before = pipeline.evaluate_before(state, heldout)            # greedy accuracy before training
 
@@ -227,9 +234,10 @@ print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callback
 # something goes wrong (no learning signal, answers cut off at the length cap, a collapsing reward).
 #
 # **Checkpoints.** Every `SAVE_STEPS` steps the adapter, optimizer, scheduler and random state are saved; the last
-# `KEEP` stay. If the session dies, **run this cell again with the same `RUN_DIR`**: the run resumes from its last
-# complete checkpoint (a half-written one is set aside, never loaded). On Colab a disconnect wipes the disk, so set
-# `USE_DRIVE = True` to keep the checkpoints on Google Drive (it asks for access once). A finished run is never
+# `KEEP` stay. If the session dies, **run the notebook again from the top (Runtime > Run all) with the same
+# `RUN_DIR`**: the run resumes from its last complete checkpoint (a half-written one is set aside, never loaded); a
+# dead runtime has lost its variables, so this cell alone would fail. On Colab a disconnect wipes the disk: with
+# `USE_DRIVE = None` (the default) the checkpoints are on Google Drive (it asks for access once). A finished run is never
 # retrained silently: to train it longer, raise `MAX_STEPS` and run the notebook again (it continues from the
 # checkpoint of its last step); otherwise `start` stops with the fix (a new `RUN_DIR`, or `OVERWRITE = True`, which
 # says what it replaces).
@@ -252,7 +260,7 @@ from helpers.run.checkpoints import list_checkpoints
 ckpt_root = state.folder.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
 kept = list_checkpoints(ckpt_root)
 print(f"checkpoints in {ckpt_root}: " + (", ".join(f"{c.path.name} ({'complete' if c.complete else 'incomplete'})" for c in kept) or "none"))
-print("interrupted? run the training cell again with the same RUN_DIR: it resumes from the newest complete one.")
+print("interrupted? run the notebook again from the top with the same RUN_DIR: it resumes from the newest complete one.")
 
 # %% [markdown]
 # ## What to watch
@@ -461,7 +469,7 @@ else:
 # - The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.
 # - Memory on a T4 is decided by vLLM's reservation, completions per step and completion length more than by the weights.
 # - Watch the dashboard: groups with zero spread teach nothing; answers at the cap score low; a falling reward means hacking or a too-high learning rate.
-# - Checkpoints make a disconnect cheap: run the same cell with the same RUN_DIR and it resumes.
+# - Checkpoints make a disconnect cheap: run the notebook again with the same RUN_DIR and it resumes.
 #
 # ## Exercises
 #

@@ -48,7 +48,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)

@@ -13,7 +13,7 @@
 #   size and `gpu_memory_utilization` matter more than the model's size on a T4.
 # - Turn an out-of-memory error into an ordered list of fixes with the OOM doctor.
 #
-# **Expected time on a free Colab T4:** about 10 minutes (estimate, not yet measured). `RUN_BENCHMARK = True` adds a
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): about 10 minutes (estimate, not yet measured). `RUN_BENCHMARK = True` adds a
 # few. On a CPU: under a minute. Formulas, sources and the GPU measurements: `docs/memory.md`.
 
 # %% tags=["parameters"]
@@ -48,7 +48,7 @@ if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab'
 ROOT = kit_dirs()[0]
 if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT)
+setup.install_if_colab(ROOT, lesson=LESSON)
 kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
                     num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)

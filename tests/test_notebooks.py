@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS
+from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS, lesson_needs_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -118,12 +118,20 @@ def test_ends_with_recap_and_exercises(path):
     assert 1 <= len(re.findall(r"^\d+\. ", exercises, re.M)) <= 3
 
 
+def test_only_the_t4_lab_asks_colab_for_a_gpu():
+    """One GPU runtime per class: a notebook's badge opens a T4 runtime only if its lesson needs one (LESSONS)."""
+    notebooks = [*NOTEBOOK_DIR.glob("0*.ipynb"), *(NOTEBOOK_DIR / "student").glob("0*.ipynb")]
+    asks = {p.relative_to(NOTEBOOK_DIR).as_posix() for p in notebooks if _read(p).metadata.get("accelerator") == "GPU"}
+    assert asks == {"05_train.ipynb", "student/05_train.ipynb"}
+    assert all((_read(p).metadata.get("accelerator") == "GPU") == lesson_needs_gpu(p.stem) for p in notebooks)
+
+
 def test_05_passes_its_drive_checkpoint_and_resume_parameters_to_the_kit():
     """The parameters reach the calls that act on them; what those calls do (Drive run folder, resume from the latest
     complete checkpoint, refuse or overwrite) is tested in test_colab_emulation.py and test_checkpoints.py."""
     nb = _read(NOTEBOOK_DIR / "05_train.ipynb")
     params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", [])).source
-    assert re.search(r"^USE_DRIVE\s*=\s*False", params, re.M) and re.search(r"^OVERWRITE\s*=\s*False", params, re.M)
+    assert re.search(r"^USE_DRIVE\s*=\s*None", params, re.M) and re.search(r"^OVERWRITE\s*=\s*False", params, re.M)
     code = _code("05_train")
     [setup_call] = _calls(code, "setup.prepare")
     assert setup_call["drive"] == "USE_DRIVE" and setup_call["run_dir"] == "RUN_DIR"

@@ -49,11 +49,12 @@ def test_run_dir_that_is_a_file(tmp_path):
 def test_run_dir_that_cannot_be_created_is_refused_with_the_fix_before_any_model_loads(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    for run_dir, reason in [(blocker / "run", "Not a directory"),         # a parent that is a file
-                            (Path("/proc/grpo-kit/run"), "No such file")]:  # a parent that cannot be created
-        r = _cli("--preset", "cpu", "--run-dir", str(run_dir))
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-        assert f"--run-dir {run_dir} cannot be created ({reason}" in r.stderr and "Fix: choose a folder" in r.stderr
+    r = _cli("--preset", "cpu", "--run-dir", str(blocker / "run"))  # a parent that is a file, on the command line
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"--run-dir {blocker / 'run'} cannot be created (Not a directory" in r.stderr
+    assert "Fix: choose a folder" in r.stderr
+    with pytest.raises(RunDirError, match=r"cannot be created \(No such file.*Fix: choose a folder"):
+        plan_run_folder(Path("/proc/grpo-kit/run"), "cpu", overwrite=False)  # a parent that cannot be created
 
 
 def test_run_dir_under_a_read_only_parent_is_refused(tmp_path, monkeypatch):

@@ -238,19 +238,27 @@ def save_rewards(funcs, run_dir) -> Path | None:
     path = Path(run_dir) / REWARD_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
-    print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training")
+    print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training when its "
+          f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if _on_drive(path) else ""))
     return path
+
+
+def _on_drive(path: Path) -> bool:
+    return "MyDrive" in Path(path).parts
 
 
 # ------------------------------------------------------------------------------------------- 05 train
 
 
 def load_rewards(run_dir) -> list:
-    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with a note when there are none)."""
+    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with how to bring them when there are none)."""
     path = Path(run_dir) / REWARD_FILE
     if not path.is_file():
-        print(f"[grpo-kit] no {REWARD_FILE} in {run_dir}: training with the kit's rewards only (04's last exercise "
-              "saves your own reward there)")
+        where = "on Google Drive" if _on_drive(path) else "on this runtime's disk"
+        print(f"[grpo-kit] no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
+              f"yours: run 04 to its exercise 4.1 with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
+              "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
+              "then run this cell again.")
         return []
     spec = importlib.util.spec_from_file_location("my_rewards", path)
     module = importlib.util.module_from_spec(spec)
