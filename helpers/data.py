@@ -1,4 +1,4 @@
-"""Questions for training and evaluation: GSM8K on GPU, an offline synthetic set on CPU.
+"""Questions for training and evaluation: GSM8K on GPU, an offline synthetic set on CPU; real GSM8K rows anywhere.
 
 Every row has the same columns: "prompt" (chat messages built by helpers.prompts), "answer" (the gold number as
 a string, the column the correctness reward reads) and "question" (plain text, for printing).
@@ -7,7 +7,13 @@ a string, the column the correctness reward reads) and "question" (plain text, f
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import random
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
 
 from helpers.prompts import build_messages
 
@@ -41,16 +47,102 @@ def gsm8k_rows(records, worked_example: bool = True) -> list[dict]:
     ]
 
 
-def load_gsm8k(split: str = "train", worked_example: bool = True, limit: int | None = None):
-    """GSM8K from the Hugging Face Hub as a datasets.Dataset of kit rows (needs internet: Colab, not CI)."""
-    from datasets import Dataset, load_dataset
-
+def _check_split(split: str) -> None:
     if split not in ("train", "test"):
         raise ValueError(f"GSM8K has splits 'train' and 'test', not {split!r}")
+
+
+def _hub_split(split: str, limit: int | None):
+    """GSM8K's records ({"question", "answer"}) through datasets.load_dataset: the first `limit` of them."""
+    from datasets import load_dataset
+
     raw = load_dataset(*GSM8K_DATASET, split=split)
     if limit is not None:
         raw = raw.select(range(min(limit, len(raw))))
-    return Dataset.from_list(gsm8k_rows(raw, worked_example=worked_example))
+    return raw
+
+
+def load_gsm8k(split: str = "train", worked_example: bool = True, limit: int | None = None):
+    """GSM8K from the Hugging Face Hub as a datasets.Dataset of kit rows (needs internet: Colab, not CI)."""
+    from datasets import Dataset
+
+    _check_split(split)
+    return Dataset.from_list(gsm8k_rows(_hub_split(split, limit), worked_example=worked_example))
+
+
+# Real GSM8K rows shipped with the kit (40 train, 20 test; provenance and MIT license in that folder's README.md).
+GSM8K_SAMPLE_DIR = Path(__file__).resolve().parent / "fixtures" / "gsm8k"
+
+
+def gsm8k_sample(split: str = "train") -> list[dict]:
+    """The GSM8K records shipped with the kit: lines of OpenAI's own jsonl, {"question", "answer"} each."""
+    _check_split(split)
+    lines = (GSM8K_SAMPLE_DIR / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _offline_flag() -> str | None:
+    """The setting that tells datasets to stay offline ("HF_HUB_OFFLINE=1"), or None when none does.
+
+    datasets' own rule: HF_DATASETS_OFFLINE decides when it is set, else HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE."""
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value is not None and (name == "HF_DATASETS_OFFLINE" or value):
+            return f"{name}={value}" if value.strip().upper() in {"1", "ON", "YES", "TRUE"} else None
+    return None
+
+
+def _hub_unreachable(timeout_s: float) -> str | None:
+    """Why the Hugging Face Hub cannot be reached (one request, at most timeout_s), or None when it answers.
+
+    Asked first so that a machine without the Hub (CI) gives up at once, not after datasets' own timeouts and
+    retries. The request runs in a thread because a name lookup ignores socket timeouts. urllib honours HTTPS_PROXY;
+    HF_ENDPOINT is read as datasets reads it."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    request = urllib.request.Request(f"{endpoint}/api/datasets/{GSM8K_DATASET[0]}", method="HEAD")
+    answer: list[str | None] = []
+
+    def probe():
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s):
+                answer.append(None)
+        except urllib.error.HTTPError:
+            answer.append(None)  # the server answered (whatever it said): datasets may try, and says what went wrong
+        except Exception as exc:  # noqa: BLE001 - no such host, refused, a proxy, a timeout: no answer, said why
+            answer.append(f"offline: {endpoint} does not answer ({getattr(exc, 'reason', None) or exc})")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return answer[0] if answer else f"offline: {endpoint} did not answer within {timeout_s:g} s"
+
+
+def gsm8k_records(split: str = "train", limit: int | None = None, timeout_s: float = 5.0) -> list[dict]:
+    """GSM8K records ({"question", "answer"}) on any runtime, with one printed line saying where they came from.
+
+    The real split through datasets (what load_gsm8k loads for the t4 preset) when it can be loaded; else the kit's
+    shipped sample (gsm8k_sample), the reason given. With HF_HUB_OFFLINE=1 (or HF_DATASETS_OFFLINE=1) only datasets'
+    local cache is tried. limit: at most that many, from the start of the split. gsm8k_rows turns the records into
+    kit rows. For showing the data: a run never trains on the sample (load_gsm8k fails without the Hub)."""
+    _check_split(split)
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    flag = _offline_flag()
+    why = None if flag else _hub_unreachable(timeout_s)
+    if why is None:
+        try:
+            records = [{"question": r["question"], "answer": r["answer"]} for r in _hub_split(split, limit)]
+        except Exception as exc:  # noqa: BLE001 - whatever stops datasets (network, cache, Hub): the sample, said why
+            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+            why = f"offline ({flag}) and not in datasets' cache: {error}" if flag else f"datasets failed: {error}"
+        else:
+            where = f"datasets' local cache ({flag})" if flag else "the Hugging Face Hub"
+            print(f"GSM8K {split}: {len(records)} rows of the real split, {GSM8K_DATASET[0]} from {where}")
+            return records
+    sample = gsm8k_sample(split)[:limit]
+    where = (GSM8K_SAMPLE_DIR / f"{split}.jsonl").relative_to(GSM8K_SAMPLE_DIR.parents[2]).as_posix()
+    print(f"GSM8K {split}: {len(sample)} real rows shipped with the kit ({where}), not the whole split: {why}")
+    return sample
 
 
 # ----------------------------------------------------------------------------------------------- synthetic

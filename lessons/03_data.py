@@ -3,11 +3,12 @@
 #
 # # 03 · The data: questions, answers and the answer format
 #
-# GRPO needs prompts and a way to check answers. On a GPU the kit uses GSM8K (grade-school math word problems); on a CPU an offline synthetic set of one-step word problems with the same columns.
+# GRPO needs prompts and a way to check answers. The t4 preset trains on GSM8K (grade-school math word problems); the cpu preset on an offline synthetic set of one-step word problems with the same columns. On any runtime this lesson also shows real GSM8K rows: from the Hugging Face Hub when it can be reached, else from a sample shipped with the kit.
 #
 # ## Learning objectives
 #
 # - Know the columns every row has: `prompt` (chat messages), `answer` (the gold number), `question`.
+# - Read a real GSM8K row: the question, the worked solution ending in `#### N`, the gold number parsed from it.
 # - Read the answer format the rewards check: `<reasoning>...</reasoning>` then `<answer>...</answer>`.
 # - See why a worked example is in the prompt for a small model.
 # - Measure prompt lengths and filter long prompts before training (`helpers.data.filter_long_prompts`).
@@ -60,6 +61,34 @@ for message in row["prompt"]:
     print(f"  [{message['role']}] {message['content']}")
 
 # %% [markdown]
+# ## What 05 trains on, and GSM8K
+#
+# - **t4** (Qwen2.5-1.5B on a Colab T4): GSM8K's train split ({{t4.train_size}} questions), evaluated on its test
+#   split, prompts without the worked example.
+# - **cpu** (the embedded SmolLM2-135M): the synthetic set (the cell above prints it on a CPU). It needs no
+#   download (CI has no Hub), and its one-step questions are ones a 135M model sometimes gets right. GSM8K problems
+#   take several steps, which a model that small rarely gets right, and a group of answers that are all wrong
+#   teaches GRPO nothing (05 shows why). Most of their solutions are also longer than a CPU completion's budget
+#   (counted below).
+#
+# GSM8K's `answer` column is a worked solution: calculator annotations `<<48/2=24>>` in the steps, the final number
+# after `####`. `data.gsm8k_records` returns those records and prints where they came from; `data.gsm8k_rows` turns
+# them into the kit's columns, the gold number parsed from the `####` line, as the t4 preset builds them.
+
+# %%
+from helpers.config import get_preset
+
+t4 = get_preset("t4")
+records = data.gsm8k_records("train", limit=40)  # the real split, or the kit's sample when the Hub is out of reach
+gsm8k = data.gsm8k_rows(records, worked_example=t4.worked_example)
+print("\nquestion:", records[0]["question"])
+print("solution (GSM8K's answer column):\n  " + records[0]["answer"].replace("\n", "\n  "))
+print("gold answer (parse_gsm8k_answer):", gsm8k[0]["answer"])
+print("prompt (chat messages, as the t4 preset builds them):")
+for message in gsm8k[0]["prompt"]:
+    print(f"  [{message['role']}] {message['content']}")
+
+# %% [markdown]
 # ## The answer format
 #
 # One place defines it (`helpers/prompts.py`): the system prompt, the tags and `format_completion`. The rewards
@@ -102,6 +131,17 @@ print(f"max_prompt_length={limit}: kept {len(kept)}, dropped {dropped}")
 tight = sorted(lengths)[len(lengths) // 2]
 kept_tight, dropped_tight = data.filter_long_prompts(dataset, tokenizer, tight)
 print(f"max_prompt_length={tight} (the median): kept {len(kept_tight)}, dropped {dropped_tight}")
+
+# %%
+# The GSM8K rows above, counted with the same tokenizer (on a CPU SmolLM2's; the t4's Qwen tokenizer counts a little
+# differently). Their solutions are what a completion has to write, tags aside.
+gsm8k_lengths = [data.prompt_token_length(tokenizer, r["prompt"]) for r in gsm8k]
+solution_lengths = [len(tokenizer(r["answer"])["input_ids"]) for r in records]
+print(f"GSM8K prompts ({len(gsm8k)}): min {min(gsm8k_lengths)}, median {sorted(gsm8k_lengths)[len(gsm8k) // 2]}, "
+      f"max {max(gsm8k_lengths)}; {sum(n > t4.max_prompt_length for n in gsm8k_lengths)} over the t4 limit "
+      f"{t4.max_prompt_length}")
+print(f"GSM8K solutions: median {sorted(solution_lengths)[len(records) // 2]} tokens, max {max(solution_lengths)}; "
+      f"completion budget: t4 {t4.max_completion_length}, cpu {get_preset('cpu').max_completion_length}")
 
 # %% [markdown]
 # ## The worked example costs tokens
@@ -173,4 +213,4 @@ result
 #
 # 1. Make a harder synthetic set: `data.synthetic_problems(200, levels=(1, 2, 3))`. How do prompt lengths change?
 # 2. Lower `max_prompt_length` until a quarter of the prompts are dropped. What does that cost the training set?
-# 3. On a GPU: which GSM8K questions are the longest? Print the three longest and decide whether you would keep them.
+# 3. Which GSM8K questions in `gsm8k` are the longest? Print the three longest and decide whether you would keep them.

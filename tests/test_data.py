@@ -1,3 +1,6 @@
+import re
+import socket
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -25,6 +28,137 @@ def test_gsm8k_bad_answer_raises_a_clear_error(bad):
 def test_gsm8k_rows_are_chat_prompts_with_gold():
     rows = data.gsm8k_rows([{"question": "Q?", "answer": "work\n#### 1,234"}], worked_example=False)
     assert rows == [{"prompt": build_messages("Q?", worked_example=False), "answer": "1234", "question": "Q?"}]
+
+
+# ------------------------------------------------------------------------------------- GSM8K on any runtime
+
+GSM8K_LAST_LINE = re.compile(r"#### (-?[\d,]+)")  # every gold in the shipped rows is an integer, maybe with commas
+
+
+@pytest.mark.parametrize("split,n", [("train", 40), ("test", 20)])
+def test_the_shipped_sample_is_gsm8k_as_published(split, n):
+    records = data.gsm8k_sample(split)
+    assert len(records) == n and all(list(r) == ["question", "answer"] for r in records)
+    assert len({r["question"] for r in records}) == n
+    for r in records:
+        last = GSM8K_LAST_LINE.fullmatch(r["answer"].splitlines()[-1])
+        assert last, f"GSM8K's solution ends with '#### N': {r['answer'][-40:]!r}"
+        gold = data.parse_gsm8k_answer(r["answer"])
+        assert re.fullmatch(r"-?\d+", gold) and int(gold) == int(last.group(1).replace(",", ""))
+    assert sum("<<" in r["answer"] for r in records) > n // 2, "calculator annotations, as in GSM8K"
+    # one gold with a thousands comma in each split, which the parser strips
+    assert [data.parse_gsm8k_answer(r["answer"]) for r in records if "," in r["answer"].splitlines()[-1]] == (
+        ["1080"] if split == "train" else ["2125"])
+    assert data.gsm8k_rows(records[:1], worked_example=False)[0]["answer"] == ("72" if split == "train" else "18")
+
+
+def test_train_and_test_samples_share_no_question():
+    assert not {r["question"] for r in data.gsm8k_sample("train")} & {r["question"] for r in data.gsm8k_sample("test")}
+
+
+def _no_offline_settings(monkeypatch):
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _fake_hub(monkeypatch, load_dataset, reachable=True):
+    """datasets.load_dataset replaced, and the probe answering as told (no network in tests)."""
+    import datasets
+
+    _no_offline_settings(monkeypatch)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(data, "_hub_unreachable", lambda timeout_s: None if reachable else "offline: no network here")
+
+
+def test_gsm8k_records_are_the_real_split_when_datasets_loads_it(monkeypatch, capsys):
+    from datasets import Dataset
+
+    calls = []
+    hub = [{"question": f"Q{i}?", "answer": f"step\n#### {i}"} for i in range(3)]
+
+    def load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return Dataset.from_list(hub)
+
+    _fake_hub(monkeypatch, load_dataset)
+    assert data.gsm8k_records("test", limit=2) == hub[:2]
+    assert calls == [(("openai/gsm8k", "main"), {"split": "test"})]
+    assert capsys.readouterr().out == "GSM8K test: 2 rows of the real split, openai/gsm8k from the Hugging Face Hub\n"
+
+
+def test_gsm8k_records_fall_back_to_the_sample_when_datasets_fails_and_say_why(monkeypatch, capsys):
+    def load_dataset(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)\nmore detail")
+
+    _fake_hub(monkeypatch, load_dataset)
+    assert data.gsm8k_records("train", limit=5) == data.gsm8k_sample("train")[:5]
+    out = capsys.readouterr().out
+    assert out == ("GSM8K train: 5 real rows shipped with the kit (helpers/fixtures/gsm8k/train.jsonl), not the whole "
+                   "split: datasets failed: ConnectionError: Couldn't reach 'openai/gsm8k' on the Hub "
+                   "(LocalEntryNotFoundError)\n")
+    assert data.gsm8k_records("test") == data.gsm8k_sample("test")  # no limit: the whole sample
+    # a run never trains on the sample: the t4 preset's loader still fails loudly
+    with pytest.raises(ConnectionError):
+        data.load_gsm8k("train", limit=5)
+
+
+def test_gsm8k_records_do_not_call_datasets_when_the_hub_is_out_of_reach(monkeypatch, capsys):
+    def load_dataset(*args, **kwargs):
+        raise AssertionError("datasets must not be asked when the probe failed")
+
+    _fake_hub(monkeypatch, load_dataset, reachable=False)
+    assert data.gsm8k_records("train", limit=3) == data.gsm8k_sample("train")[:3]
+    assert capsys.readouterr().out.rstrip().endswith("not the whole split: offline: no network here")
+
+
+def test_the_probe_reports_an_endpoint_that_does_not_answer(monkeypatch):
+    with socket.socket() as s:  # a local port nobody listens on: refused at once, no network needed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    why = data._hub_unreachable(timeout_s=2)
+    assert why and why.startswith(f"offline: http://127.0.0.1:{port} does not answer (") and "refused" in why
+
+
+def test_the_probe_gives_up_after_its_timeout(monkeypatch):
+    import time
+    import urllib.request
+
+    _no_offline_settings(monkeypatch)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *args, **kwargs: time.sleep(5))  # a lookup that hangs
+    start = time.monotonic()
+    assert data._hub_unreachable(timeout_s=0.2) == "offline: https://huggingface.co did not answer within 0.2 s"
+    assert time.monotonic() - start < 2
+
+
+def test_offline_settings_use_the_cache_and_ask_no_network(monkeypatch, capsys):
+    def load_dataset(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the Hub: offline mode is enabled.")
+
+    _fake_hub(monkeypatch, load_dataset)
+    monkeypatch.setattr(data, "_hub_unreachable", lambda timeout_s: pytest.fail("no probe in offline mode"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert data.gsm8k_records("test", limit=1) == data.gsm8k_sample("test")[:1]
+    assert "offline (HF_HUB_OFFLINE=1) and not in datasets' cache: ConnectionError" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env,flag", [
+    ({}, None), ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE=1"), ({"HF_HUB_OFFLINE": "0"}, None),
+    ({"TRANSFORMERS_OFFLINE": "yes"}, "TRANSFORMERS_OFFLINE=yes"),
+    ({"HF_DATASETS_OFFLINE": "true"}, "HF_DATASETS_OFFLINE=true"),
+    ({"HF_DATASETS_OFFLINE": "0", "HF_HUB_OFFLINE": "1"}, None),  # datasets' rule: its own variable decides
+])
+def test_offline_settings_are_read_as_datasets_reads_them(monkeypatch, env, flag):
+    _no_offline_settings(monkeypatch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert data._offline_flag() == flag
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(split="validation"), "splits"), (dict(limit=-1), "limit")])
+def test_gsm8k_records_refuse_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        data.gsm8k_records(**kwargs)
 
 
 def test_synthetic_is_reproducible_and_seed_dependent():

@@ -177,8 +177,8 @@ def _keywords(code: str, call: str) -> set[str]:
 REAL_API = {
     "02_load_model": ("FastLanguageModel.from_pretrained(", "FastLanguageModel.get_peft_model(", "get_peft_model(model, LoraConfig(",
                       "AutoModelForCausalLM.from_pretrained("),
-    "03_data": ("data.training_questions(", "AutoTokenizer.from_pretrained(", "data.prompt_token_length(",
-                "data.filter_long_prompts("),
+    "03_data": ("data.training_questions(", "data.gsm8k_records(", "data.gsm8k_rows(", "AutoTokenizer.from_pretrained(",
+                "data.prompt_token_length(", "data.filter_long_prompts("),
     "04_rewards": ("def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs)", "answers_match(",
                    "def my_strict_format_reward(", "course.compare_rewards(", "course.save_rewards(["),
     "05_train": ("GRPOConfig(", "GRPOTrainer(", "trainer.train(resume_from_checkpoint=", "pipeline.kit_callbacks(state)",
@@ -316,6 +316,11 @@ def test_02_load_model_runs(out_dir, shared_run_dir):
 def test_03_data_runs(out_dir, shared_run_dir):
     nb = _execute("03_data", out_dir, RUN_DIR=str(shared_run_dir))
     text = _text(nb)
+    # real GSM8K rows on a CPU: the kit's sample when the Hub is out of reach (CI), the split when it is not
+    assert re.search(r"GSM8K train: 40 (real rows shipped with the kit \(helpers/fixtures/gsm8k/train\.jsonl\), not the "
+                     r"whole split: \S|rows of the real split)", text)
+    assert "#### 72" in text and "gold answer (parse_gsm8k_answer): 72" in text and "Natalia sold clips" in text
+    assert re.search(r"GSM8K prompts \(40\): min \d+, median \d+, max \d+; \d+ over the t4 limit 256", text)
     assert re.search(r"max_prompt_length=256: kept \d+, dropped \d+", text)
     assert re.search(r"\(the median\): kept \d+, dropped [1-9]\d*", text), "the tight limit drops something"
     assert _has_image(nb), "the prompt-length histogram"
