@@ -13,7 +13,7 @@
 # - See why a worked example is in the prompt for a small model.
 # - Measure prompt lengths and filter long prompts before training (`helpers.data.filter_long_prompts`).
 #
-# **Expected time on a free Colab T4:** about 2 min (estimate, not yet measured). On a CPU with the embedded model: under a minute.
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): about 2 min (estimate, not yet measured). On a CPU with the embedded model: under a minute.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
