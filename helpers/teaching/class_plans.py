@@ -196,7 +196,8 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "cell, then Runtime > Run all. 06 runs on the embedded model, so it gets a run folder of its own: "
         "`TRAIN_IF_MISSING = True` trains a 2-step run there (mechanics, not learning), then greedy accuracy before "
         "and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the end are "
-        "opt-in and stay off. Discussion question 6 while it runs.")),
+        "opt-in and stay off. Discussion question 6 while it runs: its cells take up to 10 minutes on 2 cores "
+        "([measured](#time-per-notebook)).")),
     Block(7, "05_train", T4, CONTINUE, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
         "whole run, and exercises 5.1-5.4 have run (answer them now or at home, then re-run their check cells). "
@@ -247,7 +248,8 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
         "06 on a CPU runtime with a run folder of its own: exercise 6.1 answered first, then Run all: a 2-step run "
         "of the embedded model (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
-        "reload; the exports stay off unless you want to show one. Discussion questions 6 and 7.")),
+        "reload (up to 10 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
+        "to show one. Discussion questions 6 and 7.")),
     Block(15, "05_train", T4, CONTINUE, does=(
         "05's results: accuracy before and after on 100 GSM8K questions, the dashboard of the whole run, exercises "
         "5.1-5.4 (5.2: four made-up runs); recap and homework.")),
