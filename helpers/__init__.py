@@ -36,11 +36,12 @@ memory/     GPU memory, predicted and measured (python -m helpers.memory):
     monitor.py         memory/* figures added to every log
     zero.py            memory per GPU under DeepSpeed ZeRO
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit
-teaching/   what only the notebooks use:
+teaching/   what only the lessons and the instructor guide use:
     course.py          what a lesson prints or plots that no library call does
     exercises.py       self-checking exercises (ex.qN.check(...), .hint(), .solution())
     reward_lab.py      the reward playground (ipywidgets)
     grpo_math.py       GRPO's advantages and policy loss, exactly as TRL computes them, with a slider
+    class_plans.py     the instructor guide's class plans as data; T4 times scaled from a logged T4 run
 """
 
 __version__ = "0.1.0"

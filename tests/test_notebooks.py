@@ -17,6 +17,9 @@ import nbformat
 import pytest
 
 from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS, lesson_needs_gpu
+from notebook_runner import execute
+from notebook_runner import has_image as _has_image
+from notebook_runner import output_text as _text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -36,7 +39,6 @@ TINY = {
     "MAX_COMPLETION_LENGTH": 32,
     "EVAL_MAX_NEW_TOKENS": 32,
 }
-CELL_TIMEOUT_S = 900
 
 
 def _read(path: Path):
@@ -250,36 +252,7 @@ def test_kernel_is_python3(path):
 
 
 def _execute(name: str, out_dir: Path, **parameters):
-    papermill = pytest.importorskip("papermill")
-    output = out_dir / f"{name}.out.ipynb"
-    papermill.execute_notebook(
-        str(NOTEBOOK_DIR / f"{name}.ipynb"),
-        str(output),
-        parameters={**TINY, **parameters},
-        kernel_name="python3",
-        cwd=str(NOTEBOOK_DIR),
-        progress_bar=False,
-        execution_timeout=CELL_TIMEOUT_S,
-    )
-    nb = _read(output)
-    failed = [o for c in nb.cells for o in c.get("outputs", []) if "Not yet." in str(o.get("data", {}).get("text/plain", ""))]
-    assert not failed, f"{name}: an exercise solution failed its own check: {failed[0]['data']['text/plain']}"
-    return nb
-
-
-def _text(nb) -> str:
-    parts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.output_type == "stream":
-                parts.append(out.text)
-            elif "data" in out and "text/plain" in out.data:
-                parts.append(out.data["text/plain"])
-    return "\n".join(parts)
-
-
-def _has_image(nb) -> bool:
-    return any("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
+    return execute(name, out_dir, {**TINY, **parameters})
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,203 @@
+"""The instructor guide's class plans (helpers/teaching/class_plans.py) cannot rot.
+
+- fast: the guide's plan tables are what the data gives (scripts/make_class_plans.py --check); every value a plan
+  types into a parameters cell is a parameter of that notebook, read after that cell; the CPU equivalent changes
+  sizes only; the run folders connect the right notebooks; the T4 values make a valid t4 preset.
+- slow: the 90-minute plan's CPU equivalent, executed with papermill in the plan's order in ONE kit folder, as a
+  class would: 04 saves the reward, 05 trains with it, 06 evaluates, the homework's 05 with a larger MAX_STEPS
+  continues the class run from the checkpoint of its last step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers.config import get_preset, validate
+from helpers.memory.architectures import MODELS
+from helpers.notebook_setup import LESSONS
+from helpers.run.folder import config_differences
+from helpers.teaching import class_plans as cp
+from notebook_runner import NOTEBOOK_DIR, ROOT, execute, names_read_after_parameters, output_text, parameter_defaults, read
+from scripts import make_class_plans as maker
+
+PLANS = list(cp.PLANS.values())
+BLOCKS = [(plan, block) for plan in PLANS for block in plan.blocks if block.notebook]
+
+
+def _id(item) -> str:
+    plan, block = item
+    return f"{plan.key}-{plan.blocks.index(block)}-{block.notebook}"
+
+
+def _defaults(notebook: str) -> dict:
+    return parameter_defaults(read(NOTEBOOK_DIR / f"{notebook}.ipynb"))
+
+
+def _run_dir(block: cp.Block) -> str:
+    return block.parameters.get("RUN_DIR", _defaults(block.notebook)["RUN_DIR"])
+
+
+# ------------------------------------------------------------------------------------------- fast: the guide
+
+
+def test_the_guide_shows_the_plans_as_the_data_gives_them():
+    assert maker.main(["--check"]) == 0, "run `.venv/bin/python scripts/make_class_plans.py` and commit the guide"
+
+
+def test_check_names_a_stale_part_and_render_rewrites_only_between_markers(tmp_path, monkeypatch, capsys):
+    guide = tmp_path / "guide.md"
+    text = (ROOT / "docs" / "instructor-guide.md").read_text()
+    guide.write_text(text.replace("`MAX_STEPS = 60`", "`MAX_STEPS = 6`", 1))
+    monkeypatch.setattr(maker, "DOC", guide)
+    assert maker.main(["--check"]) == 1
+    assert "stale class-plan parts: 90-minutes." in capsys.readouterr().err
+    assert maker.main([]) == 0 and guide.read_text() == text  # rewritten: back to the data, the prose untouched
+    with pytest.raises(SystemExit, match="no '<!-- class-plans:90-minutes:begin"):
+        maker.render("no markers here")
+
+
+# ------------------------------------------------------------------------------------------ fast: the plans
+
+
+@pytest.mark.parametrize("item", BLOCKS, ids=[_id(i) for i in BLOCKS])
+def test_every_value_a_plan_types_is_a_parameter_its_notebook_reads(item):
+    """Typed into the parameters cell, so read by the setup cell and the cells after it; a name the notebook lacks,
+    or one it defines only after the setup cell read it, would be ignored (or fail) in class."""
+    _, block = item
+    nb = read(NOTEBOOK_DIR / f"{block.notebook}.ipynb")
+    defined, read_later = set(parameter_defaults(nb)), names_read_after_parameters(nb)
+    for name in {**block.parameters, **block.cpu_parameters()}:
+        assert name in defined, f"{block.notebook}'s parameters cell has no {name}"
+        assert name in read_later, f"{block.notebook} never reads {name} after its parameters cell"
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_the_cpu_equivalent_changes_sizes_only(plan):
+    assert set(cp.CPU_SIZES) - {"PRESET"} <= set(cp.SIZE_PARAMETERS) and cp.CPU_SIZES["PRESET"] == "cpu"
+    for block in plan.blocks:
+        assert set(block.cpu) <= set(cp.SIZE_PARAMETERS), f"{block.notebook}: {set(block.cpu)} are not sizes"
+        cpu = block.cpu_parameters()
+        changed = {k for k, v in cpu.items() if k not in block.parameters or block.parameters[k] != v}
+        assert changed <= set(cp.SIZE_PARAMETERS) | {"PRESET"}, f"{block.notebook}: {changed}"
+        assert set(block.parameters) <= set(cpu)
+        if "MAX_STEPS" in block.parameters:  # a T4 step count is never run on the CPU as it is
+            assert "MAX_STEPS" in block.cpu, f"{block.notebook}: MAX_STEPS needs a CPU size"
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_the_blocks_fill_the_plan_on_the_runtime_each_notebook_asks_for(plan):
+    assert sum(b.minutes for b in plan.in_class) == plan.minutes
+    assert all(b.minutes > 0 for b in plan.in_class) and all(b.minutes == 0 for b in plan.homework)
+    for block in plan.blocks:
+        assert block.step in cp.STEPS
+        assert (block.notebook is None) == (block.step == cp.TALK) == (block.runtime is None)
+        if block.notebook:
+            assert block.runtime == (cp.T4 if LESSONS[block.notebook].needs_gpu else cp.CPU), block.notebook
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_a_notebook_opened_for_its_install_runs_with_the_values_it_was_opened_with(plan):
+    for i, block in enumerate(plan.blocks):
+        if block.step == cp.SETUP:
+            later = next(b for b in plan.blocks[i + 1:] if b.notebook == block.notebook and b.step == cp.RUN)
+            assert later.parameters == block.parameters and later.cpu == block.cpu
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_the_run_folders_connect_the_notebooks_that_share_a_run(plan):
+    """04's reward reaches 05 through their shared run folder; 06 runs the embedded model, and a T4 (Qwen) adapter in
+    05's folder would be refused there (helpers.notebook_setup.locate_adapter), so 06 has a folder of its own."""
+    folders = {}
+    for block in plan.blocks:
+        if block.notebook in ("04_rewards", "05_train", "06_evaluate_and_save") and block.step in cp.EXECUTED:
+            folders.setdefault(block.notebook, set()).add(_run_dir(block))
+    assert len(folders["05_train"]) == 1, "every 05 of a plan continues one run"
+    assert folders.get("04_rewards", folders["05_train"]) == folders["05_train"]
+    assert not folders["06_evaluate_and_save"] & folders["05_train"]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_the_values_make_valid_presets_and_the_homework_extends_the_class_run(plan):
+    runs = [b for b in plan.blocks if b.notebook == "05_train" and b.step == cp.RUN]
+    for block in runs:
+        validate(cp.t4_preset(block.parameters))
+        validate(_cpu_preset(block))
+    class_run, homework = [b for b in runs if not b.homework][-1], [b for b in runs if b.homework]
+    assert homework, "the homework extends the class run"
+    for extension in homework:
+        assert extension.parameters["MAX_STEPS"] > class_run.parameters["MAX_STEPS"]
+        assert extension.cpu_parameters()["MAX_STEPS"] > class_run.cpu_parameters()["MAX_STEPS"]
+        # the kit's own rule for continuing a run (helpers.run.folder), on the T4 and on the CPU
+        assert not config_differences(_config(cp.t4_preset(class_run.parameters)),
+                                      _config(cp.t4_preset(extension.parameters)))
+        assert not config_differences(_config(_cpu_preset(class_run)), _config(_cpu_preset(extension)))
+        # and the evaluation before training is reused: the same questions
+        assert extension.parameters.get("EVAL_SIZE") == class_run.parameters.get("EVAL_SIZE")
+
+
+def _cpu_preset(block: cp.Block):
+    return get_preset("cpu", **{cp.PRESET_FIELDS[k]: v for k, v in block.cpu_parameters().items()
+                                if k in cp.PRESET_FIELDS})
+
+
+def _config(preset) -> dict:
+    return json.loads(json.dumps(preset.to_dict(), default=list))  # as config.json holds it
+
+
+def test_the_t4_estimate_scales_the_logged_run():
+    ref = cp.REFERENCE_RUN
+    assert MODELS[ref.model].lora_params(ref.lora_rank) == 119_734_272  # the log's "Number of trainable parameters"
+    low, high = cp.t4_seconds_per_step()
+    assert low < high < ref.train_seconds / ref.steps  # a smaller model, fewer completion tokens per step
+    assert cp.t4_seconds_per_step(get_preset("t4", max_completion_length=512))[1] == pytest.approx(2 * high)
+    estimate = cp.t4_training_estimate({"MAX_STEPS": 250, "EVAL_SIZE": 50}, from_step=60)
+    assert estimate["steps"] == 190 and estimate["before_at_most"] == 0  # a continued run reuses before.json
+
+
+# ------------------------------------------------------------------------------------------- slow: a dry run
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_90_minute_plan_runs_on_cpu_in_one_kit_folder(tmp_path):
+    plan = cp.NINETY_MINUTES
+    kit = tmp_path / "grpo-course-kit"  # a class's clone: the setup cell finds it from its notebooks/ folder
+    shutil.copytree(ROOT, kit, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "student", "__pycache__",
+                                                             "*_cache", "*.egg-info"))
+    out = tmp_path / "executed"
+    out.mkdir()
+    runs_05 = [b for b in plan.blocks if b.notebook == "05_train" and b.step == cp.RUN]
+    class_steps, homework_steps = (b.cpu_parameters()["MAX_STEPS"] for b in runs_05)
+    course = (kit / _run_dir(runs_05[0])).resolve()
+    seen: dict[str, object] = {}
+    for name, parameters in plan.executed():
+        nb = execute(name, out, parameters, cwd=kit / "notebooks", source_dir=kit / "notebooks")
+        text = output_text(nb)
+        if name == "04_rewards":
+            assert (course / "my_rewards.py").is_file(), "04 saves the student's reward into the class's run folder"
+        elif name == "05_train" and "summary" not in seen:  # the class run
+            summary = json.loads((course / "summary.json").read_text())
+            assert summary["steps"] == class_steps
+            assert "brevity_reward" in json.loads((course / "config.json").read_text())["reward_funcs"]
+            seen.update(summary=summary, metrics=_metrics(course), before=(course / "before.json").read_text())
+        elif name == "06_evaluate_and_save":
+            folder = kit / parameters["RUN_DIR"]
+            assert json.loads((folder / "eval.json").read_text())["after"]["n"] == parameters["EVAL_SIZE"]
+            assert json.loads((course / "summary.json").read_text()) == seen["summary"], "06 leaves 05's run alone"
+        elif name == "05_train":  # the homework: the same notebook with a larger MAX_STEPS continues the class run
+            assert f"resuming from step {class_steps} ({course / 'trainer' / f'checkpoint-{class_steps}'})" in text
+            rows = _metrics(course)
+            assert [r["step"] for r in rows] == list(range(1, homework_steps + 1))
+            assert rows[:class_steps] == seen["metrics"], "the class run's steps are kept, not trained again"
+            assert json.loads((course / f"summary-step-{class_steps}.json").read_text()) == seen["summary"]
+            assert json.loads((course / "summary.json").read_text())["steps"] == homework_steps
+            assert (course / "before.json").read_text() == seen["before"], "the evaluation before is reused"
+            seen["extended"] = True
+    assert "summary" in seen and seen.get("extended"), "the plan trains in class and extends the run as homework"
