@@ -299,3 +299,46 @@ def write_eval(path, report: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     return path
+
+
+# --------------------------------------------------------------------------------------------- a run's own results
+
+
+def _result_from_pairs(numbers: dict, pairs: list[dict], when: str) -> dict:
+    """A before or after result in score()'s layout, rebuilt from saved side-by-side pairs (eval.json's samples, or
+    samples.jsonl, which has no parsed answers) and the run's own headline numbers."""
+    samples = [{"question": p["question"], "gold": p["gold"], "completion": p[when],
+                "predicted": p[f"{when}_answer"] if f"{when}_answer" in p else extract_answer(p[when]),
+                "correct": bool(p[f"{when}_correct"])} for p in pairs]
+    return {**summary_of(numbers), "samples": samples}
+
+
+def read_run(run_dir) -> dict | None:
+    """A finished run's own measured results, read from its files, no model loaded: summary.json (preset, model,
+    steps, greedy accuracy and format rate before and after), eval.json (sampled pass@k, if it was measured, and
+    every answer before and after; samples.jsonl when eval.json is missing). None when run_dir holds no
+    summary.json (no finished run).
+
+    Returns {"run_dir", "summary", "before", "after", "pass_at_k"}; before/after are in score()'s layout, so
+    show_side_by_side(run["before"], run["after"]) shows them.
+    """
+    run_dir = Path(run_dir)
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        print(f"[grpo-kit] {run_dir / 'summary.json'} is not readable JSON: the run's results cannot be shown")
+        return None
+    if not isinstance(summary.get("before"), dict) or not isinstance(summary.get("after"), dict):
+        print(f"[grpo-kit] {run_dir / 'summary.json'} has no before/after evaluation: not a finished run")
+        return None
+    pairs, pass_k = [], None
+    if (run_dir / "eval.json").is_file():
+        report = json.loads((run_dir / "eval.json").read_text())
+        pairs, pass_k = report.get("samples") or [], report.get("pass_at_k")
+    elif (run_dir / "samples.jsonl").is_file():
+        pairs = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines() if line.strip()]
+    return {"run_dir": run_dir, "summary": summary, "pass_at_k": pass_k,
+            "before": _result_from_pairs(summary["before"], pairs, "before"),
+            "after": _result_from_pairs(summary["after"], pairs, "after")}

@@ -1,20 +1,25 @@
 """Share a trained model: the LoRA adapter, a merged 16-bit model, a GGUF file, and the Hugging Face Hub.
 
-    save_adapter(model, tokenizer, "runs/demo/share/adapter")          # megabytes; needs the base model to use
-    check_reload(model, tokenizer, "runs/demo/share/adapter", preset)    # reload it: same greedy answers?
-    export_merged(model, tokenizer, "runs/demo/share/merged", preset)    # one standalone 16-bit model folder
-    export_gguf(model, tokenizer, "runs/demo/share/gguf")                # GPU only: files in runs/demo/share/gguf_gguf
-    push_folder("runs/demo/share/merged", "your-name/grpo-math")         # token from Colab secrets or HF_TOKEN
+    folder = export_dir("runs/demo")                                 # runs/demo/exports: never Drive unless asked
+    save_adapter(model, tokenizer, folder / "adapter")               # megabytes; needs the base model to use
+    check_reload(model, tokenizer, folder / "adapter", preset)       # reload it: same greedy answers?
+    export_merged(model, tokenizer, folder / "merged", preset)       # one standalone 16-bit model folder
+    export_gguf(model, tokenizer, folder / "gguf")                   # GPU only: the files land in <folder>/gguf_gguf
+    push_folder(folder / "merged", "your-name/grpo-math")            # token from Colab secrets or HF_TOKEN
 
-Never overwrites an existing export folder unless overwrite=True. The Hugging Face token is read from Colab's
-secrets (google.colab.userdata.get("HF_TOKEN")) or the HF_TOKEN environment variable, passed straight to the
-upload call, and never printed, logged or written anywhere; error messages from the upload are scrubbed of it.
+Never overwrites an existing export folder unless overwrite=True. Exports go to this machine's disk, never to
+Google Drive unless asked (export_dir(..., to_drive=True)): a run folder on Drive gets its exports in
+/content/exports/<run name> (a merged 1.5B model is about 3 GB; Drive's free quota is 15 GB). The Hugging Face
+token is read from Colab's secrets (google.colab.userdata.get("HF_TOKEN")) or the HF_TOKEN environment variable,
+passed straight to the upload call, and never printed, logged or written anywhere; error messages from the upload
+are scrubbed of it.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +57,50 @@ def fresh_folder(path, overwrite: bool) -> Path:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ----------------------------------------------------------------------------------------- where exports go
+
+COLAB_CONTENT = Path("/content")  # Colab's working directory: this runtime's own disk (gone with the runtime)
+DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/, as helpers.notebook_setup.drive_root and helpers.run.checkpoints
+EXPORTS = "exports"
+
+
+def on_drive(path) -> bool:
+    """Whether path lies on Google Drive as Colab mounts it (under /content/drive)."""
+    mount = (COLAB_CONTENT / "drive").resolve()
+    path = Path(path).resolve()
+    return path == mount or mount in path.parents
+
+
+def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Path:
+    """The folder a run's exports (saved adapter, merged model, GGUF, the evaluation report) are written to.
+
+    to_drive=False (the default): this machine's disk, never Google Drive - `<run_dir>/exports` for a local run
+    folder; for a run folder on Drive (USE_DRIVE on Colab), `/content/exports/<run name>` on the runtime's own disk.
+    to_drive=True (Colab only, asked for explicitly): on Drive - `<run_dir>/exports` for a run folder already there,
+    else `MyDrive/grpo-kit/exports/<run name>` (Drive is mounted first if needed; `mount` replaces
+    google.colab.drive.mount in tests). Off Colab: SharingError with the fix. Nothing is created here; the export
+    calls refuse to replace a folder holding files (fresh_folder).
+    """
+    run_dir = Path(run_dir)
+    if not to_drive:
+        return COLAB_CONTENT / EXPORTS / run_dir.name if on_drive(run_dir) else run_dir / EXPORTS
+    if on_drive(run_dir):
+        return run_dir / EXPORTS
+    environ = os.environ if environ is None else environ
+    if not any(k.startswith("COLAB_") for k in environ):
+        raise SharingError(f"EXPORT_TO_DRIVE = True needs Google Colab (Drive is mounted through google.colab). "
+                           f"Elsewhere exports are already on your own disk, in {run_dir / EXPORTS}: set "
+                           "EXPORT_TO_DRIVE = False.")
+    mount_point = COLAB_CONTENT / "drive"
+    if not (mount_point / "MyDrive").is_dir():
+        if mount is None:
+            from google.colab import drive  # only exists on Colab: imported where used
+
+            mount = drive.mount
+        mount(str(mount_point))
+    return mount_point / "MyDrive" / DRIVE_KIT_FOLDER / EXPORTS / run_dir.name
 
 
 def _is_unsloth(model) -> bool:
@@ -151,14 +200,20 @@ def export_merged(model, tokenizer, path, settings=None, adapter_path=None, over
     if _is_unsloth(model):
         model.save_pretrained_merged(str(path), tokenizer, **merged_16bit_kwargs())
         return path
+    merged = _merged_copy(model, settings, adapter_path).to(getattr(torch, dtype))
+    merged.save_pretrained(str(path), safe_serialization=True)
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def _merged_copy(model, settings, adapter_path=None):
+    """CPU (peft): the adapter merged into a copy of the base model (from adapter_path when given, else a deep copy
+    of model), so the model in memory keeps its adapter."""
     if adapter_path is not None:
         work, _ = load_cpu(settings, adapter_path=adapter_path)
     else:
         work = copy.deepcopy(model)
-    merged = work.merge_and_unload().to(getattr(torch, dtype))
-    merged.save_pretrained(str(path), safe_serialization=True)
-    tokenizer.save_pretrained(str(path))
-    return path
+    return work.merge_and_unload()
 
 
 def load_merged(path, dtype: str = "float16"):
@@ -195,8 +250,8 @@ def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", ove
     if not hasattr(model, "save_pretrained_gguf"):
         raise SharingError(
             "GGUF export goes through Unsloth's save_pretrained_gguf, which this kit uses on the GPU path only "
-            "(the CPU path has a plain transformers + peft model). On the CPU: export_merged(...) and convert that "
-            "folder with llama.cpp's convert_hf_to_gguf.py; on Colab: run this on a T4 runtime."
+            "(the CPU path has a plain transformers + peft model). On the CPU: export_gguf_cpu(...) writes an F16 "
+            "GGUF of the merged model with the gguf package."
         )
     out = gguf_folder(path)
     for folder in (Path(path), out):  # check both before touching either
@@ -210,6 +265,99 @@ def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", ove
     if isinstance(result, dict) and result.get("gguf_directory"):
         out = Path(result["gguf_directory"])
     return out
+
+
+# llama.cpp's tensor names for a Llama-architecture model (SmolLM2 is one), from the transformers names.
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight"}
+GGUF_LAYER_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def gguf_tensor_name(name: str) -> str:
+    """The GGUF (llama.cpp) name of a Llama model's weight: model.layers.3.self_attn.q_proj.weight -> blk.3.attn_q.weight."""
+    if name in GGUF_NAMES:
+        return GGUF_NAMES[name]
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.weight", name)
+    if not m or m.group(2) not in GGUF_LAYER_NAMES:
+        raise SharingError(f"{name}: no GGUF name for this weight (the CPU GGUF export knows the Llama architecture "
+                           "of the embedded SmolLM2 only)")
+    return f"blk.{m.group(1)}.{GGUF_LAYER_NAMES[m.group(2)]}.weight"
+
+
+def gguf_permute(weight, n_head: int):
+    """q_proj / k_proj rows from the transformers rotary layout to llama.cpp's (what llama.cpp's convert_hf_to_gguf.py
+    does; transformers' GGUF loader undoes it). n_head: attention heads for q, key-value heads for k."""
+    return weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(
+        weight.shape)
+
+
+def export_gguf_cpu(model, path, settings, adapter_path=None, overwrite: bool = False, template=None) -> Path:
+    """CPU path: one F16 GGUF file (llama.cpp, Ollama, LM Studio) of the merged model, written with the `gguf`
+    package (no llama.cpp build, no GPU). Returns the folder holding it.
+
+    The adapter is merged into a copy of the base model (as export_merged does); the file takes every metadata entry
+    (architecture, tokenizer, chat template) from `template`, the embedded model's own GGUF (what the cpu preset
+    loads), and its weights from the merge: matrices in F16, norms in F32. Refused before anything is written when
+    the merged model's weights are not exactly the template's tensors (another architecture).
+    """
+    import gguf
+    import numpy as np
+
+    from helpers.model import embedded_gguf_path
+
+    if _is_unsloth(model):
+        raise SharingError("export_gguf_cpu is the CPU path's GGUF export; on the GPU use export_gguf (Unsloth).")
+    template = Path(template or embedded_gguf_path())
+    reader = gguf.GGUFReader(str(template))
+    order = [t.name for t in reader.tensors]
+    merged = _merged_copy(model, settings, adapter_path).float()
+    config = merged.config
+    tensors = {}
+    for name, tensor in merged.state_dict().items():
+        if name == "lm_head.weight" and getattr(config, "tie_word_embeddings", False):
+            continue  # tied: the file holds token_embd.weight once, as the template does
+        weight = tensor.detach().numpy()
+        if name.endswith("self_attn.q_proj.weight"):
+            weight = gguf_permute(weight, config.num_attention_heads)
+        elif name.endswith("self_attn.k_proj.weight"):
+            weight = gguf_permute(weight, config.num_key_value_heads)
+        tensors[gguf_tensor_name(name)] = weight.astype(np.float16 if weight.ndim == 2 else np.float32)
+    if set(tensors) != set(order):
+        raise SharingError(f"the merged model's weights do not match {template.name}'s tensors (missing "
+                           f"{sorted(set(order) - set(tensors))[:3]}, extra {sorted(set(tensors) - set(order))[:3]}); "
+                           "nothing was written.")
+    path = fresh_folder(path, overwrite)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / (template.name.split(".")[0] + "-grpo-F16.gguf")
+    writer = gguf.GGUFWriter(str(out), arch=str(reader.fields["general.architecture"].contents()))
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type",
+                                              "general.quantization_version"):  # the writer sets the first itself
+            continue
+        writer.add_key_value(key, field.contents(), field.types[0],
+                             sub_type=field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for name in order:  # the template's order
+        writer.add_tensor(name, tensors[name])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def load_gguf(path):
+    """(model, tokenizer) from a folder holding one .gguf file, with plain transformers (weights dequantized)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    (file,) = sorted(Path(path).glob("*.gguf"))
+    tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:  # transformers' GGUF tokenizer for gpt2-style vocabularies sets none
+        tokenizer.pad_token = tokenizer.eos_token
+    return AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name), tokenizer
 
 
 # ----------------------------------------------------------------------------------------- the Hub

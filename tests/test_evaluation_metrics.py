@@ -100,3 +100,46 @@ def test_before_after_switches_the_adapter_the_way_each_backend_needs(monkeypatc
     calls.clear()
     reused = evaluation.before_after(_PeftLike(), None, ROWS, None, before={"accuracy": 0.5})
     assert calls == [(True, None)] and reused["before"] == {"accuracy": 0.5}  # before.json reused, not re-evaluated
+
+
+# ------------------------------------------------------------------------------- a run's results, from its files
+
+
+def _finished_run(run_dir, with_eval: bool):
+    """The files helpers.run.pipeline.finish leaves: summary.json, samples.jsonl, and eval.json."""
+    before = evaluation.score([format_completion("r", "5"), "no tags 1"], ROWS[:2])
+    after = evaluation.score([format_completion("r", "0"), format_completion("r", "1")], ROWS[:2])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps({"preset": "t4", "model": "unsloth/Qwen2.5-1.5B-Instruct",
+                                                      "steps": 250, "before": evaluation.summary_of(before),
+                                                      "after": evaluation.summary_of(after)}))
+    evaluation.write_samples(run_dir / "samples.jsonl", before, after)
+    if with_eval:
+        pass_k = {"before": {"n": 2, "pass@1": 0.25}, "after": {"n": 2, "pass@1": 0.75}}
+        evaluation.write_eval(run_dir / "eval.json", evaluation.eval_report(before, after, pass_at_k=pass_k))
+    return before, after
+
+
+@pytest.mark.parametrize("with_eval", [True, False], ids=["eval.json", "samples.jsonl only"])
+def test_read_run_gives_back_what_the_run_measured(tmp_path, with_eval):
+    before, after = _finished_run(tmp_path / "run", with_eval)
+    run = evaluation.read_run(tmp_path / "run")
+    assert run["summary"]["steps"] == 250
+    for when, original in (("before", before), ("after", after)):
+        assert evaluation.summary_of(run[when]) == evaluation.summary_of(original)
+        assert [(s["question"], s["completion"], s["predicted"], s["correct"]) for s in run[when]["samples"]] == [
+            (s["question"], s["completion"], s["predicted"], s["correct"]) for s in original["samples"]]
+    assert (run["pass_at_k"] is not None) == with_eval
+    # the side-by-side view of the stored answers is the one of the original evaluation
+    assert evaluation.side_by_side_text(run["before"], run["after"]) == evaluation.side_by_side_text(before, after)
+
+
+def test_read_run_without_a_finished_run_is_none(tmp_path, capsys):
+    assert evaluation.read_run(tmp_path / "absent") is None
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "config.json").write_text("{}")
+    assert evaluation.read_run(tmp_path / "unfinished") is None  # training never reached finish()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "summary.json").write_text("{not json")
+    assert evaluation.read_run(tmp_path / "broken") is None
+    assert "not readable JSON" in capsys.readouterr().out

@@ -523,10 +523,11 @@ def test_06_train_if_missing_on_a_gpu_evaluates_with_the_tiny_runs_engine(tmp_pa
 
     monkeypatch.setattr(pipeline, "run", tiny_run)
     notebook = {"kit": kit, "setup": notebook_setup, "STAGED_ADAPTER": None, "TRAIN_IF_MISSING": True}
-    for marker in ("course.train_tiny_adapter(", "evaluation.load_for_eval("):
+    for marker in ("course.adapter_for_this_runtime(", "evaluation.load_for_eval("):
         exec(compile(_lesson_cell("06_evaluate_and_save", marker), "<06>", "exec"), notebook)  # noqa: S102
 
     assert len(loads) == 1, "one vLLM engine: 06 evaluated with the tiny run's model"
+    assert notebook["work_dir"] == tmp_path.parent / f"{tmp_path.name}-t4", "the tiny run has a folder of its own"
     assert notebook["model"].vllm_engine is hm.loaded_vllm_engine()
     result = notebook["result"]
     assert {s["completion"] for s in result["before"]["samples"]} == {"base"}  # no adapter: the base model

@@ -187,3 +187,88 @@ def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
     monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
     with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
         notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
+
+
+# ------------------------------------------------------------- 06: which adapter a runtime evaluates, and where
+
+
+def _adapter(folder: Path, base: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(f'{{"base_model_name_or_path": "{base}"}}')
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+CPU_BASE = "/root/.cache/grpo-kit/SmolLM2-135M-Instruct"
+T4_BASE = "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def tiny_runs(monkeypatch):
+    """pipeline.run replaced by a 'training' that writes a CPU adapter into the run folder it is given."""
+    runs = []
+
+    def fake_run(preset, options, reward_funcs=None):
+        runs.append(options.run_dir)
+        _adapter(options.run_dir / "adapter", CPU_BASE)
+        return SimpleNamespace(model="tiny model", tokenizer="tiny tokenizer", summary={"steps": 2})
+
+    monkeypatch.setattr(pipeline, "run", fake_run)
+    return runs
+
+
+def test_06_evaluates_05s_run_when_this_runtime_loads_its_model(tmp_path, tiny_runs):
+    run_dir = tmp_path / "course"
+    adapter = _adapter(run_dir / "adapter", CPU_BASE)  # 05 on the cpu preset
+    kit = _tiny_kit(run_dir)
+    assert course.adapter_for_this_runtime(kit) == (adapter, run_dir, None, None)
+    assert not tiny_runs
+
+
+def test_06_with_the_t4_run_trains_a_cpu_run_of_its_own_and_never_writes_run_dir(tmp_path, tiny_runs, capsys):
+    run_dir = tmp_path / "course"
+    _adapter(run_dir / "adapter", T4_BASE)  # the T4 lab's run, as on Drive
+    before = _snapshot(run_dir)
+    kit = _tiny_kit(run_dir)
+    local = tmp_path / "course-cpu"
+    assert course.adapter_for_this_runtime(kit) == (local / "adapter", local, "tiny model", "tiny tokenizer")
+    assert tiny_runs == [local]
+    assert f"holds an adapter for {T4_BASE}, which this preset (cpu" in capsys.readouterr().out
+    # run again (the notebook rerun): the tiny run there is reused, not trained again
+    assert course.adapter_for_this_runtime(kit) == (local / "adapter", local, None, None)
+    assert tiny_runs == [local] and _snapshot(run_dir) == before
+
+
+def test_06_without_train_if_missing_names_the_t4_run_and_the_fixes(tmp_path, tiny_runs):
+    run_dir = tmp_path / "course"
+    _adapter(run_dir / "adapter", T4_BASE)
+    with pytest.raises(notebook_setup.AdapterMissing) as err:
+        course.adapter_for_this_runtime(_tiny_kit(run_dir), train_if_missing=False)
+    message = str(err.value)
+    assert T4_BASE in message and str(tmp_path / "course-cpu" / "adapter") in message  # what is there, where it looked
+    assert "TRAIN_IF_MISSING = True" in message and "STAGED_ADAPTER" in message  # the fixes
+    assert not tiny_runs and not (tmp_path / "course-cpu").exists()
+
+
+def test_06_uses_a_staged_adapter_for_its_preset_before_training(tmp_path, tiny_runs):
+    run_dir = tmp_path / "course"
+    _adapter(run_dir / "adapter", T4_BASE)
+    staged = _adapter(tmp_path / "instructor" / "adapter", CPU_BASE)
+    adapter, work_dir, model, _ = course.adapter_for_this_runtime(_tiny_kit(run_dir), staged=str(staged))
+    assert (adapter, work_dir, model) == (staged, tmp_path / "course-cpu", None) and not tiny_runs
+
+
+def test_06_with_a_run_folder_on_drive_keeps_its_own_run_on_the_runtimes_disk(tmp_path, tiny_runs, monkeypatch):
+    from helpers import sharing
+
+    monkeypatch.setattr(sharing, "COLAB_CONTENT", tmp_path / "content")
+    run_dir = tmp_path / "content" / "drive" / "MyDrive" / "grpo-kit" / "runs" / "course"
+    run_dir.mkdir(parents=True)  # USE_DRIVE, and nothing trained yet
+    assert course.local_run_dir(run_dir, "cpu") == tmp_path / "content" / "runs" / "course-cpu"
+    adapter, work_dir, _, _ = course.adapter_for_this_runtime(_tiny_kit(run_dir))
+    assert work_dir == tmp_path / "content" / "runs" / "course-cpu" and not sharing.on_drive(adapter)
+    assert not any(run_dir.iterdir()), "the Drive run folder stays empty: 05 starts there fresh"

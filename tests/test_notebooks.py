@@ -3,7 +3,8 @@
 The slow tests execute every notebooks/0[1-6]*.ipynb with papermill from the notebooks/ folder, with tiny
 parameters (2 GRPO steps, 4 generations, 4 held-out questions), into a temporary output notebook: the committed
 notebooks are never rewritten. 05 and 06 share one temporary RUN_DIR, as a student's runs/course would be; a
-separate test starts 06 in an empty RUN_DIR to check it stands on its own (it trains a tiny run itself).
+separate test starts 06 on CPU with the T4 lab's run in RUN_DIR (a Qwen adapter, as Drive would hold it): 06 shows
+that run from its files and trains a tiny CPU run of its own.
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ def test_06_evaluates_exports_and_shares():
     nb = _read(NOTEBOOK_DIR / "06_evaluate_and_save.ipynb")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     for call in ("pass_at_k_before_after(", "evaluation.show_side_by_side(", "pass_at_k=pass_k", "sharing.fresh_folder(",
-                 "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "sharing.push_folder("):
+                 "sharing.check_reload(", "sharing.export_merged(", "sharing.export_gguf(", "sharing.push_folder(",
+                 "evaluation.read_run(", "course.adapter_for_this_runtime(", "sharing.export_dir("):
         assert call in code, f"06 should call {call}"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", code + _markdown(nb)), "never a token in a notebook"
 
@@ -342,39 +344,87 @@ def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
 PASS_K_SAMPLES = 2  # 06's sampled answers per question in CI
 
 
-def _check_eval_outputs(run_dir: Path):
-    result = json.loads((run_dir / "eval.json").read_text())
+def _files(folder: Path, skip: str | None = None) -> dict[str, bytes]:
+    """Every file under folder (relative path -> bytes), leaving out the subfolder `skip`."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not (skip and p.relative_to(folder).parts[0] == skip)}
+
+
+def _check_eval_outputs(exports: Path, exported: bool):
+    """What 06 wrote into its exports folder: eval.json (greedy and pass@k) and the saved adapter; the merged 16-bit
+    model and the GGUF file only when EXPORT_MERGED / EXPORT_GGUF are True."""
+    result = json.loads((exports / "eval.json").read_text())
     assert result["before"]["n"] == result["after"]["n"] == TINY["EVAL_SIZE"]
     assert len(result["samples"]) == TINY["EVAL_SIZE"]
     for when in ("before", "after"):
         pk = result["pass_at_k"][when]
         assert pk["n"] == PASS_K_SAMPLES and pk["questions"] == TINY["EVAL_SIZE"]
         assert 0.0 <= pk["pass@1"] <= pk[f"pass@{PASS_K_SAMPLES}"] <= 1.0
-    assert (run_dir / "final_adapter" / "adapter_config.json").is_file()
-    assert (run_dir / "final_adapter" / "adapter_model.safetensors").is_file()
-    merged = run_dir / "merged"
-    assert (merged / "config.json").is_file() and (merged / "model.safetensors").is_file(), "the merged 16-bit model"
-    assert json.loads((merged / "config.json").read_text())["dtype"] == "float16"
+    assert (exports / "adapter" / "adapter_config.json").is_file()
+    assert (exports / "adapter" / "adapter_model.safetensors").is_file()
+    if not exported:
+        assert sorted(p.name for p in exports.iterdir()) == ["adapter", "eval.json"], "the exports are opt-in"
+        return
+    assert (exports / "merged" / "config.json").is_file() and (exports / "merged" / "model.safetensors").is_file()
+    assert json.loads((exports / "merged" / "config.json").read_text())["dtype"] == "float16"
+    [gguf] = (exports / "gguf").glob("*.gguf")
+    assert gguf.read_bytes()[:4] == b"GGUF" and gguf.stat().st_size > 200e6, "an F16 GGUF of the 135M model"
 
 
 @pytest.mark.slow
 def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
+    """After 05 on CPU (the same RUN_DIR): 06 shows 05's results, evaluates that run, saves its adapter, and with
+    the default parameters exports nothing else; RUN_DIR gains only its exports/ folder."""
     had_adapter = (shared_run_dir / "adapter" / "adapter_config.json").is_file()  # False when run without 05
+    before = _files(shared_run_dir)
     nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir), PASS_K_SAMPLES=PASS_K_SAMPLES)
     text = _text(nb)
+    work_dir = shared_run_dir if had_adapter else shared_run_dir.parent / f"{shared_run_dir.name}-cpu"
     if had_adapter:
-        assert "using the trained adapter in" in text
-    _check_eval_outputs(shared_run_dir)
+        assert f"using the trained adapter in {shared_run_dir / 'adapter'}" in text
+        summary = json.loads((shared_run_dir / "summary.json").read_text())
+        assert f"accuracy {summary['before']['accuracy']:.2f} -> {summary['after']['accuracy']:.2f}" in text
+    assert _files(shared_run_dir, skip="exports") == before, "06 changes nothing of 05's run"
+    _check_eval_outputs(work_dir / "exports", exported=False)
     assert "reloaded adapter gives the same greedy answers: True" in text
-    assert "GGUF export skipped" in text and "HUB_REPO is None: nothing uploaded" in text
+
+
+def _fake_t4_run(run_dir: Path) -> dict:
+    """What the T4 lab (05 on a T4, USE_DRIVE) leaves in RUN_DIR: a Qwen adapter, summary.json, eval.json."""
+    adapter = run_dir / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(json.dumps(
+        {"base_model_name_or_path": "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", "peft_type": "LORA"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"not loaded on a CPU")
+    summary = {"preset": "t4", "model": "unsloth/Qwen2.5-1.5B-Instruct", "backend": "unsloth", "steps": 250,
+               "runtime": "Colab, Tesla T4", "before": {"accuracy": 0.31, "format_rate": 0.12, "n": 200},
+               "after": {"accuracy": 0.57, "format_rate": 0.96, "n": 200}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    pairs = [{"question": f"T4-question-{i}", "gold": "7", "before": "about 6", "before_answer": "6",
+              "before_correct": False, "after": f"<answer>7</answer> T4-answer-{i}", "after_answer": "7",
+              "after_correct": True} for i in range(3)]
+    (run_dir / "eval.json").write_text(json.dumps({"before": summary["before"], "after": summary["after"],
+                                                   "pass_at_k": None, "samples": pairs}))
+    return summary
 
 
 @pytest.mark.slow
-def test_06_stands_alone(out_dir, tmp_path):
-    """No adapter anywhere: with TRAIN_IF_MISSING=True 06 says so, trains a tiny run itself and goes on (by default
-    it stops with where it looked and the fixes: helpers.notebook_setup.locate_adapter, tested on its own)."""
-    nb = _execute("06_evaluate_and_save", tmp_path, RUN_DIR=str(tmp_path / "fresh-run"), PASS_K_SAMPLES=PASS_K_SAMPLES,
-                  TRAIN_IF_MISSING=True)
+def test_06_on_a_cpu_runtime_with_the_t4_run_in_run_dir(out_dir, tmp_path):
+    """RUN_DIR holds the T4 lab's run (a Qwen adapter this CPU cannot evaluate in lesson time): 06 shows that run's
+    own results from its files, trains a tiny CPU run in a folder of its own (TRAIN_IF_MISSING defaults to True),
+    evaluates and saves that one, and writes the merged model and the GGUF file because EXPORT_MERGED and EXPORT_GGUF
+    are True. RUN_DIR is never written to."""
+    run_dir = tmp_path / "course"
+    _fake_t4_run(run_dir)
+    before = _files(run_dir)
+    nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(run_dir), PASS_K_SAMPLES=PASS_K_SAMPLES,
+                  EXPORT_MERGED=True, EXPORT_GGUF=True)
     text = _text(nb)
-    assert "No trained adapter found" in text and "TRAIN_IF_MISSING=True: training a tiny run" in text
-    _check_eval_outputs(tmp_path / "fresh-run")
+    html = "\n".join(out.data["text/html"] for c in nb.cells for out in c.get("outputs", [])
+                     if "text/html" in out.get("data", {}))
+    assert "accuracy 0.31 -> 0.57, format 0.12 -> 0.96" in text  # summary.json's numbers
+    assert all(f"T4-answer-{i}" in html for i in range(3)), "the T4 run's own answers, from eval.json"
+    assert _files(run_dir) == before, "06 never writes into RUN_DIR"
+    local = tmp_path / "course-cpu"
+    assert json.loads((local / "summary.json").read_text())["steps"] == 2, "the tiny CPU run, in its own folder"
+    _check_eval_outputs(local / "exports", exported=True)

@@ -4,6 +4,7 @@ export folders are never overwritten silently; the Hugging Face token is never p
 import copy
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,6 +68,42 @@ def test_gguf_on_cpu_says_where_it_works(trained, tmp_path):
     assert not (tmp_path / "gguf").exists()
 
 
+def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained, tmp_path):
+    """export_gguf_cpu writes the merge with the gguf package: transformers' GGUF loader gives back exactly the merged
+    weights (matrices rounded to F16, norms F32), so the file computes the merged model's logits and answers; the
+    tokenizer and chat template are the embedded model's own GGUF metadata, unchanged."""
+    import gguf
+
+    from helpers.model import embedded_gguf_path
+
+    model, tokenizer = trained
+    folder = sharing.export_gguf_cpu(model, tmp_path / "gguf", PRESET)
+    [file] = folder.glob("*.gguf")
+    loaded, _ = sharing.load_gguf(folder)
+    merged = copy.deepcopy(model).merge_and_unload().float()
+    expected = {n: (t.half().float() if t.ndim == 2 else t) for n, t in merged.state_dict().items()}
+    got = loaded.state_dict()
+    assert set(got) == set(expected)
+    different = [n for n, t in expected.items() if not torch.equal(got[n].float(), t)]
+    assert not different, f"{len(different)} weights differ after the GGUF round trip, e.g. {different[:3]}"
+    rounded = copy.deepcopy(merged)
+    rounded.load_state_dict(expected)
+    ids = tokenizer(PROMPTS[1:], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(loaded(**ids).logits, rounded(**ids).logits)
+    assert generate(loaded, tokenizer, PROMPTS, PRESET, greedy=True) == generate(rounded, tokenizer, PROMPTS, PRESET,
+                                                                                   greedy=True)
+    written, template = gguf.GGUFReader(str(file)), gguf.GGUFReader(str(embedded_gguf_path()))
+    kept = [k for k in template.fields if not k.startswith("GGUF.") and k not in ("general.file_type",
+                                                                                  "general.quantization_version")]
+    assert [k for k in kept if written.fields[k].contents() != template.fields[k].contents()] == []
+    assert written.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_F16
+    assert any("lora_B" in n for n, _ in model.named_parameters())  # the model in memory keeps its adapter
+    with pytest.raises(sharing.SharingError, match="already exists"):
+        sharing.export_gguf_cpu(model, folder, PRESET)
+    assert [p.name for p in folder.glob("*.gguf")] == [file.name]
+
+
 def test_a_folder_holding_files_is_replaced_only_when_asked(tmp_path, capsys):
     """06 saves its final adapter into sharing.fresh_folder: what a user put there is never deleted silently."""
     target = tmp_path / "final_adapter"
@@ -78,6 +115,51 @@ def test_a_folder_holding_files_is_replaced_only_when_asked(tmp_path, capsys):
     assert sharing.fresh_folder(target, overwrite=True) == target
     assert "overwrite=True: replacing" in capsys.readouterr().out
     assert not target.exists() and target.parent.is_dir()
+
+
+# ------------------------------------------------------------------------------------------ where exports go
+
+
+@pytest.fixture
+def content(tmp_path, monkeypatch):
+    """Colab's /content as a temporary folder, with a mounted-looking Drive in it."""
+    content = tmp_path / "content"
+    (content / "drive" / "MyDrive").mkdir(parents=True)
+    monkeypatch.setattr(sharing, "COLAB_CONTENT", content)
+    return content
+
+
+def test_exports_of_a_local_run_stay_in_the_run_folder(content, tmp_path):
+    run = tmp_path / "runs" / "course-cpu"
+    assert sharing.export_dir(run) == run / "exports"
+    assert not sharing.on_drive(sharing.export_dir(run))
+
+
+def test_exports_of_a_run_on_drive_go_to_the_runtimes_disk_unless_asked(content):
+    """USE_DRIVE puts the run folder on Drive; its exports (a merged 1.5B model is 3 GB) stay off Drive by default."""
+    run = content / "drive" / "MyDrive" / "grpo-kit" / "runs" / "course"
+    assert sharing.on_drive(run)
+    local = sharing.export_dir(run)
+    assert local == content / "exports" / "course" and not sharing.on_drive(local)
+    asked = sharing.export_dir(run, to_drive=True, environ={"COLAB_RELEASE_TAG": "x"})
+    assert asked == run / "exports" and sharing.on_drive(asked)
+
+
+def test_exports_to_drive_of_a_local_run_mount_drive_on_colab_only(content, tmp_path):
+    run = tmp_path / "runs" / "course-cpu"
+    mounts = []
+    (content / "drive" / "MyDrive").rmdir()  # Drive not mounted yet: export_dir mounts it
+
+    def mount(point):
+        mounts.append(point)
+        (Path(point) / "MyDrive").mkdir(parents=True)
+
+    folder = sharing.export_dir(run, to_drive=True, environ={"COLAB_RELEASE_TAG": "x"}, mount=mount)
+    assert mounts == [str(content / "drive")]
+    assert folder == content / "drive" / "MyDrive" / "grpo-kit" / "exports" / "course-cpu" and sharing.on_drive(folder)
+    with pytest.raises(sharing.SharingError, match="EXPORT_TO_DRIVE = True needs Google Colab"):
+        sharing.export_dir(run, to_drive=True, environ={}, mount=mount)
+    assert len(mounts) == 1 and not (run / "exports").exists(), "nothing mounted or created off Colab"
 
 
 # ------------------------------------------------------------------------------------------ token

@@ -4,7 +4,7 @@ helpers.evaluation, helpers.sharing, helpers.run.pipeline, ...), so the notebook
 
 01 environment_report / show_guards / print_preset; 02 memory_snapshot / print_memory / plot_predicted_memory /
 show_untrained_answers; 03 plot_prompt_lengths; 04 compare_rewards / save_rewards; 05 load_rewards / describe_config
-/ RssSampler / run_files; 06 train_tiny_adapter (no adapter anywhere) / print_pass_at_k / list_folder.
+/ RssSampler / run_files; 06 show_run / adapter_for_this_runtime / local_run_dir / train_tiny_adapter / print_pass_at_k / list_folder.
 The rewards playground is in helpers.teaching.reward_lab.
 """
 
@@ -19,13 +19,14 @@ import threading
 import time
 from pathlib import Path
 
-from helpers import memory
+from helpers import memory, sharing
 from helpers import runtime as rt
 from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_preset, precision_flags
 from helpers.data import heldout_questions
 from helpers.memory.monitor import process_rss_gb
 from helpers.model import ModelSetupError, embedded_gguf_path, generate
-from helpers.notebook_setup import is_adapter
+from helpers.notebook_setup import (AdapterMissing, adapter_base_model, base_model_key, is_adapter,
+                                    locate_adapter)
 from helpers.run.guard import need_free_gb
 from helpers.rewards import score_completion
 from helpers.runtime import GIB  # GB in this kit means GiB (2**30 bytes), as the memory model and runtime report
@@ -368,24 +369,105 @@ def run_files(run_dir) -> list[str]:
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
 
-def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4):
-    """06 with no adapter anywhere and TRAIN_IF_MISSING = True: a tiny run into kit.run_dir (helpers.run.pipeline.run),
-    so the rest of the notebook runs. Its numbers show the mechanics, not a trained model.
+def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4, run_dir=None):
+    """06 with no adapter this runtime can evaluate and TRAIN_IF_MISSING = True: a tiny run into run_dir (default
+    kit.run_dir; 06 passes a folder of its own, local_run_dir) through helpers.run.pipeline.run, so the rest of the
+    notebook runs. Its numbers show the mechanics, not a trained model.
 
     Returns (adapter folder, model, tokenizer): the model the run trained, holding the trained adapter and, on a GPU,
     this process's vLLM engine. 06 evaluates with it: loading the model again would start a second engine, which
     does not fit next to the first and is refused (helpers.model.refuse_second_engine)."""
     from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
 
+    run_dir = Path(run_dir or kit.run_dir)
     steps = min(steps, kit.preset.max_steps)
-    print(f"[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) now; it shows the mechanics, "
-          "not a trained model.")
+    print(f"[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) into {run_dir} now; it shows the "
+          "mechanics, not a trained model.")
     preset = kit.preset.with_overrides(max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
-    state = pipeline.run(preset, pipeline.RunOptions(run_dir=Path(kit.run_dir)))
-    adapter = Path(kit.run_dir) / "adapter"
+    state = pipeline.run(preset, pipeline.RunOptions(run_dir=run_dir))
+    adapter = run_dir / "adapter"
     if not is_adapter(adapter):
         raise FileNotFoundError(f"the tiny run finished but wrote no adapter in {adapter}")
     return adapter, state.model, state.tokenizer
+
+
+def adapter_fits(folder, preset) -> bool:
+    """Whether folder holds an adapter this preset's model can load (the same base model, helpers.notebook_setup)."""
+    if not is_adapter(folder):
+        return False
+    base = adapter_base_model(folder)
+    return not base or base_model_key(base) == base_model_key(preset.model_name)
+
+
+def local_run_dir(run_dir, preset_name: str) -> Path:
+    """06's own run folder when RUN_DIR's run is not one this runtime evaluates (a T4 run on a CPU runtime, or no
+    run at all): `<RUN_DIR>-<preset>` beside it (runs/course-cpu), or, when RUN_DIR is on Google Drive,
+    /content/runs/<name>-<preset> on the runtime's own disk. Never RUN_DIR itself: a tiny run there would become
+    the run 05 resumes."""
+    run_dir = Path(run_dir)
+    name = f"{run_dir.name}-{preset_name}"
+    return sharing.COLAB_CONTENT / "runs" / name if sharing.on_drive(run_dir) else run_dir.parent / name
+
+
+def adapter_for_this_runtime(kit, staged=None, train_if_missing: bool = True):
+    """The adapter 06 evaluates and saves in this runtime, and the run folder it belongs to.
+
+    Returns (adapter, run_dir, model, tokenizer); model and tokenizer are None unless a tiny run trained them here
+    (06 then evaluates with them instead of loading the model again). First of:
+    1. RUN_DIR/adapter, when this preset's model can load it (05's run on the same preset) - run_dir is RUN_DIR;
+    2. in local_run_dir(...) (a run 06 trained there earlier), STAGED_ADAPTER, MyDrive/grpo-kit/staged/adapter:
+       helpers.notebook_setup.locate_adapter on that folder - run_dir is the local folder;
+    3. train_if_missing: a tiny run trained into the local folder now (train_tiny_adapter).
+    Otherwise AdapterMissing naming what RUN_DIR holds, where it looked, and the fixes. RUN_DIR is never written.
+    """
+    from dataclasses import replace
+
+    run_adapter = Path(kit.run_dir) / "adapter"
+    if adapter_fits(run_adapter, kit.preset):
+        return locate_adapter(kit), Path(kit.run_dir), None, None
+    local = local_run_dir(kit.run_dir, kit.preset.name)
+    try:
+        return locate_adapter(replace(kit, run_dir=local), staged=staged), local, None, None
+    except AdapterMissing as missing:
+        if is_adapter(run_adapter):  # e.g. the T4 lab's run (Qwen) in RUN_DIR, on a CPU runtime
+            found = (f"RUN_DIR ({kit.run_dir}) holds an adapter for {adapter_base_model(run_adapter)}, which this "
+                     f"preset ({kit.preset.name}: {kit.preset.model_name}) cannot load")
+        else:
+            found = f"RUN_DIR ({kit.run_dir}) holds no adapter"
+        if not train_if_missing:
+            t4_hint = (" To evaluate the run in RUN_DIR itself, open this notebook on a runtime with the GPU it was "
+                       "trained on (PRESET = None picks the t4 preset there)." if is_adapter(run_adapter) else "")
+            raise AdapterMissing(f"{found}. {missing} Or set TRAIN_IF_MISSING = True: a tiny run in {local} (about "
+                                 f"a minute on a CPU).{t4_hint}") from None
+        print(f"[grpo-kit] {found}. {missing}")
+    adapter, model, tokenizer = train_tiny_adapter(kit, run_dir=local)
+    return adapter, local, model, tokenizer
+
+
+def show_run(run: dict | None, kit) -> None:
+    """What RUN_DIR's finished run measured when it was trained (helpers.evaluation.read_run: its files, no model
+    loaded), and whether this runtime evaluates that run itself or another one below."""
+    if run is None:
+        print(f"[grpo-kit] {kit.run_dir} holds no finished run (no summary.json): nothing to show from 05. Below, "
+              "this notebook evaluates the adapter it finds, or trains a tiny run.")
+        return
+    s, b, a = run["summary"], run["before"], run["after"]
+    print(f"The run in {run['run_dir']}, read from its files (no model loaded):")
+    print(f"  preset {s.get('preset')}, model {s.get('model')}, {s.get('steps')} steps, trained on "
+          f"{s.get('runtime', 'an unrecorded runtime')}")
+    print(f"  measured when it was trained, on {a['n']} held-out questions (greedy): accuracy {b['accuracy']:.2f} -> "
+          f"{a['accuracy']:.2f}, format {b['format_rate']:.2f} -> {a['format_rate']:.2f}")
+    if run["pass_at_k"]:
+        print_pass_at_k(run["pass_at_k"])
+    if adapter_fits(Path(run["run_dir"]) / "adapter", kit.preset):
+        print(f"  This runtime's preset ({kit.preset.name}) loads the same model: below, this run's adapter is "
+              "evaluated again here, then saved.")
+    elif base_model_key(str(s.get("model"))) == base_model_key(kit.preset.model_name):
+        print("  The same model as this runtime's, but the run folder holds no adapter/ to evaluate again.")
+    else:
+        print(f"  This runtime's preset ({kit.preset.name}) loads {kit.preset.model_name}, not that run's model: "
+              "the numbers above are that run's own, measured on its runtime. Below, the evaluation and the exports "
+              "run on a model this runtime holds.")
 
 
 def print_pass_at_k(pass_k: dict | None) -> None:
