@@ -15,7 +15,7 @@
 # - Save checkpoints (locally or on Google Drive) and resume an interrupted run.
 # - Know what the run folder holds (05 saves it; 06 reads it), and export the trained model when you ask for it.
 #
-# **Expected time on a free Colab T4:** about 35-60 min for {{t4.max_steps}} steps (estimate, not yet measured). On a CPU with the embedded model: about 7-8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 22 s for `python -m helpers.train --preset cpu` on the 2-core development machine, 2026-11-23; machines of the same kind differ by up to 3.5x).
+# **Expected time on a free Colab T4:** the GPU-stack install and restart (not timed), then about 48-97 min for {{t4.max_steps}} steps plus a few minutes of loading and evaluation (an estimate scaled from Unsloth's logged T4 run, derived in docs/instructor-guide.md; not measured). On a CPU with the embedded model: about 7-8 min for the preset's {{cpu.max_steps}} steps on 2 cores (measured: 7 min 22 s for `python -m helpers.train --preset cpu` on the 2-core development machine, 2026-11-23; machines of the same kind differ by up to 3.5x).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -36,6 +36,11 @@ USE_DRIVE = None              # None: Drive on Colab (04's reward reaches 05, 05
 OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
 BETA_EXPERIMENT_STEPS = 8     # the beta 0 vs 0.04 experiment near the end: steps per run (0: skip it; CPU only)
 USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
+EXPORT_MERGED = False         # True: after training, also write the merged 16-bit model (Qwen2.5-1.5B: about 3 GB)
+EXPORT_GGUF = False           # True: after training, also write a GGUF file (llama.cpp, Ollama)
+HUB_REPO = None               # e.g. "your-name/grpo-math": upload the export (needs the HF_TOKEN secret)
+EXPORT_TO_DRIVE = False       # True (Colab): exports go to Google Drive instead of this runtime's disk
+OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stopping
 
 # %%
 # Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
@@ -292,6 +297,38 @@ display(Image(filename=str(kit.run_dir / "dashboard.png")))
 print("run folder:", kit.run_dir)
 for name in course.run_files(kit.run_dir):
     print("  ", name)
+
+# %% [markdown]
+# ## Export the trained model (opt-in)
+#
+# `finish` saved the LoRA adapter (`RUN_DIR/adapter`, megabytes; on Colab on Drive): that is what 06 and a later
+# run read. Anything bigger is written only when you ask, as Unsloth's notebooks end with `if False:` cells: a
+# merged 16-bit model (`EXPORT_MERGED`; Unsloth's `model.save_pretrained_merged(..., save_method="merged_16bit")`),
+# a GGUF file (`EXPORT_GGUF`; `model.save_pretrained_gguf(..., quantization_method="q4_k_m")`) and an upload
+# (`HUB_REPO`). They go to this runtime's disk (`helpers.sharing.export_dir`), not to Drive, unless
+# `EXPORT_TO_DRIVE = True`: a merged 1.5B model is about 3 GB of a free Drive's 15 GB. This model, on this GPU, is
+# the one to export from; 06 shows each export step by step on the embedded model. To export after the run
+# finished, set a flag in a new cell and run this cell again.
+
+# %%
+from helpers import sharing
+
+exports = sharing.export_dir(kit.run_dir, to_drive=EXPORT_TO_DRIVE)  # this runtime's disk unless EXPORT_TO_DRIVE
+adapter = state.run_dir / "adapter"                                  # what finish saved
+merged = None
+if EXPORT_MERGED:
+    merged = sharing.export_merged(model, tokenizer, exports / "merged", kit.preset,
+                                   adapter_path=None if kit.on_gpu else adapter, overwrite=OVERWRITE_EXPORTS)
+if EXPORT_GGUF and kit.on_gpu:  # Unsloth writes the merge into gguf/ and the .gguf file into gguf_gguf/
+    print("GGUF:", sharing.export_gguf(model, tokenizer, exports / "gguf", overwrite=OVERWRITE_EXPORTS))
+elif EXPORT_GGUF:
+    print("GGUF:", sharing.export_gguf_cpu(model, exports / "gguf", kit.preset, adapter_path=adapter,
+                                           overwrite=OVERWRITE_EXPORTS))
+if HUB_REPO:  # private; the token comes from Colab secrets or HF_TOKEN and is never printed
+    print("uploaded:", sharing.push_folder(merged or adapter, HUB_REPO))
+if not (EXPORT_MERGED or EXPORT_GGUF or HUB_REPO):
+    print(f"No export asked for: the adapter is in {adapter}. Set EXPORT_MERGED = True, EXPORT_GGUF = True or "
+          f"HUB_REPO = \"your-name/model\" to write more (into {exports}).")
 
 # %% [markdown]
 # ## The policy update, with numbers from this run
