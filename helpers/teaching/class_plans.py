@@ -162,7 +162,7 @@ def t4_training_estimate(parameters: dict, from_step: int = 0) -> dict:
 # ------------------------------------------------------------------------------------------------ the plans
 
 _05_CLASS = {"MAX_STEPS": 60, "EVAL_SIZE": 50}
-_06_CLASS = {"RUN_DIR": "runs/course-cpu", "TRAIN_IF_MISSING": True, "EVAL_SIZE": 50, "PASS_K_SAMPLES": 2}
+_06_CLASS = {"EVAL_SIZE": 50, "PASS_K_SAMPLES": 2}
 _05_CPU = {"MAX_STEPS": 2, "BETA_EXPERIMENT_STEPS": 0}
 _05_HOMEWORK_CPU = {"MAX_STEPS": 4, "BETA_EXPERIMENT_STEPS": 0}
 
@@ -192,11 +192,12 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "averaged about 0 over its first 50 steps. 05's later cells, its exercises included, wait behind the "
         "training cell: they run when it ends.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        "A third tab, a CPU runtime: students type the four values, answer exercise 6.1 (pass@k by hand) in its "
-        "cell, then Runtime > Run all. 06 runs on the embedded model, so it gets a run folder of its own: "
-        "`TRAIN_IF_MISSING = True` trains a 2-step run there (mechanics, not learning), then greedy accuracy before "
-        "and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the end are "
-        "opt-in and stay off. Discussion question 6 while it runs: its cells take up to 10 minutes on 2 cores "
+        "A third tab, a CPU runtime: students type the two values, answer exercise 6.1 (pass@k by hand) in its "
+        "cell, then Runtime > Run all. 06 first shows the class run from its files on Drive (the T4 lab's own "
+        "numbers and answers, once 05 has finished), then works on the embedded model in a folder of its own: "
+        "`TRAIN_IF_MISSING` (on by default) trains a 2-step run there (mechanics, not learning), then greedy accuracy "
+        "before and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the "
+        "end are opt-in and stay off. Discussion question 6 while it runs: its cells take up to 10 minutes on 2 cores "
         "([measured](#time-per-notebook)).")),
     Block(7, "05_train", T4, CONTINUE, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
@@ -246,8 +247,8 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
     Block(30, "07_memory_lab", CPU, RUN, does=(
         "07 on a CPU runtime while 05 trains: what the T4's memory holds, the sweep, the OOM doctor; exercise 7.1.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        "06 on a CPU runtime with a run folder of its own: exercise 6.1 answered first, then Run all: a 2-step run "
-        "of the embedded model (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
+        "06 on a CPU runtime: exercise 6.1 answered first, then Run all: the class run's numbers from Drive if 05 "
+        "has finished, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
         "reload (up to 10 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
         "to show one. Discussion questions 6 and 7.")),
     Block(15, "05_train", T4, CONTINUE, does=(
