@@ -7,8 +7,8 @@ a fresh clone), puts it on sys.path and calls into this module:
     setup.install_if_colab(ROOT, lesson=LESSON)  # Colab: the lesson's pinned stack, at most once per runtime
     kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, ...)  # runtime, preset, guards, run folder
 
-The Colab design (05 is the one lesson on a T4; the others run on a CPU runtime, and Drive carries the run between
-them) is in docs/colab.md; LESSONS below is its table. This module imports only the standard library at import time, so it
+The Colab design (05 is the one lesson on a T4; the others run on a CPU runtime, and Drive carries 04's reward and
+05's run between them) is in docs/colab.md; LESSONS below is its table. This module imports only the standard library at import time, so it
 can run *before* the pinned stack (which replaces Colab's torch) is installed.
 """
 
@@ -89,7 +89,7 @@ LESSONS = {
     "03_data": Lesson(False, "data and prompt lengths: a tokenizer, no model"),
     "04_rewards": Lesson(False, "reward functions and GRPO's group maths on text: no model"),
     "05_train": Lesson(True, "the T4 lab: load, evaluate, train, evaluate, save, in one runtime"),
-    "06_evaluate_and_save": Lesson(False, "evaluation, saving and exports, on the embedded model's run"),
+    "06_evaluate_and_save": Lesson(False, "shows the T4 run from its files; evaluates, saves and exports a CPU run"),
     "07_memory_lab": Lesson(False, "predicts memory from the architecture; measures only if a GPU is there"),
 }
 
@@ -426,11 +426,12 @@ def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> 
             print(f"[grpo-kit] using the trained adapter in {folder}")
             return Path(folder)
     raise AdapterMissing(
-        "No trained adapter found; looked in: " + ", ".join(looked) + ". Fix, one of: (a) run 05_train first in "
-        "THIS runtime (same RUN_DIR); (b) if 05 ran in another runtime with USE_DRIVE = True, set USE_DRIVE = True "
-        "here too (same RUN_DIR) so this notebook reads the run folder from Drive; (c) ask your instructor for the "
-        "pre-trained adapter and set STAGED_ADAPTER to its folder (e.g. /content/drive/MyDrive/grpo-kit/staged/"
-        "adapter) or its Hugging Face repo id. docs/colab.md explains the three.")
+        "No trained adapter found; looked in: " + ", ".join(looked) + ". Fix, one of: (a) train one with this "
+        "preset first (05 with the same RUN_DIR, or TRAIN_IF_MISSING = True here); (b) if 05 ran in another "
+        "runtime, keep USE_DRIVE = None (or True) in both with the same RUN_DIR so this notebook reads the run folder "
+        "from Drive; (c) ask your instructor for a pre-trained adapter of this preset and set STAGED_ADAPTER to its "
+        "folder (e.g. /content/drive/MyDrive/grpo-kit/staged/adapter) or its Hugging Face repo id. docs/colab.md "
+        "explains the three.")
 
 
 def _download_adapter(repo_id: str) -> Path:

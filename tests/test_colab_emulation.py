@@ -411,7 +411,7 @@ def test_06_in_a_new_runtime_finds_05s_adapter_on_drive(colab):
 
 def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
     kit = run_setup_cell(LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
-    with pytest.raises(setup.AdapterMissing, match=r"run 05_train first.*USE_DRIVE = True.*STAGED_ADAPTER"):
+    with pytest.raises(setup.AdapterMissing, match=r"TRAIN_IF_MISSING = True here.*USE_DRIVE = None.*STAGED_ADAPTER"):
         setup.locate_adapter(kit)
     run_setup_cell(USE_DRIVE=True)  # Drive mounted: the instructor's staged folder is looked at
     staged = _write_adapter(colab.content / "drive" / "MyDrive" / "grpo-kit" / "staged" / "adapter",
