@@ -343,14 +343,7 @@ def drive_root(mount=None) -> Path:
     if not on_colab():
         raise ValueError("USE_DRIVE = True needs Google Colab (Drive is mounted through google.colab). Elsewhere the "
                          "run folder is already on your own disk: set USE_DRIVE = False.")
-    mount_point = COLAB_CONTENT / "drive"
-    if not (mount_point / "MyDrive").is_dir():
-        if mount is None:
-            from google.colab import drive  # only exists on Colab: imported where used
-
-            mount = drive.mount
-        mount(str(mount_point))
-    root = mount_point / "MyDrive" / DRIVE_KIT_FOLDER
+    root = rt.mount_drive(COLAB_CONTENT, mount) / DRIVE_KIT_FOLDER
     root.mkdir(parents=True, exist_ok=True)
     return root
 

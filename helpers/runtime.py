@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
@@ -79,6 +80,20 @@ def on_colab(environ=None) -> bool:
     """Colab sets several COLAB_* variables (the same test Unsloth's install cell uses)."""
     environ = os.environ if environ is None else environ
     return any(key.startswith("COLAB_") for key in environ)
+
+
+def mount_drive(content, mount=None):
+    """Colab's Google Drive, mounted at <content>/drive if it is not yet (Drive asks for permission once); returns
+    <content>/drive/MyDrive. `mount` replaces google.colab.drive.mount (tests). The one place the kit mounts Drive:
+    the run folder (helpers.notebook_setup.drive_root) and exports asked onto Drive (helpers.sharing.export_dir)."""
+    mount_point = Path(content) / "drive"
+    if not (mount_point / "MyDrive").is_dir():
+        if mount is None:
+            from google.colab import drive  # only exists on Colab: imported where used
+
+            mount = drive.mount
+        mount(str(mount_point))
+    return mount_point / "MyDrive"
 
 
 def _installed(name: str) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from helpers import data
 from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
+from helpers.runtime import mount_drive
 
 TOKEN_NAME = "HF_TOKEN"
 MISSING_TOKEN = (
@@ -93,14 +94,7 @@ def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Pat
         raise SharingError(f"EXPORT_TO_DRIVE = True needs Google Colab (Drive is mounted through google.colab). "
                            f"Elsewhere exports are already on your own disk, in {run_dir / EXPORTS}: set "
                            "EXPORT_TO_DRIVE = False.")
-    mount_point = COLAB_CONTENT / "drive"
-    if not (mount_point / "MyDrive").is_dir():
-        if mount is None:
-            from google.colab import drive  # only exists on Colab: imported where used
-
-            mount = drive.mount
-        mount(str(mount_point))
-    return mount_point / "MyDrive" / DRIVE_KIT_FOLDER / EXPORTS / run_dir.name
+    return mount_drive(COLAB_CONTENT, mount) / DRIVE_KIT_FOLDER / EXPORTS / run_dir.name
 
 
 def _is_unsloth(model) -> bool:
