@@ -5,14 +5,17 @@
 
 The notebooks in notebooks/ are the instructor versions. A solution cell is a code cell tagged "solution" whose
 source has a "# SOLUTION" marker line; everything above the marker (the "# Exercise <n>: <task>" line) is kept,
-everything below it is replaced by
+everything below it is replaced by a skeleton (see scaffold): imports kept, each function's signature and
+docstring kept with a body that raises
 
     raise NotImplementedError("Student exercise: <task>")
 
-plus a comment saying where to write the answer. Every other cell is copied as is (check cells, hints), the
-badge points at the student copy, and outputs are never written. The student copies are committed; CI
-(tests/test_student_notebooks.py) regenerates them and fails when they are out of date, then runs each one up to
-its first exercise.
+and each top-level `name = ...` kept as a blank (`...`), plus a comment saying where to write the answer. So
+every name stays defined and "Run all" on a blank copy reaches the end: each check cell says "not answered yet"
+and the cells after it run. Every other cell is copied as is (check cells, hints), the badge points at the
+student copy, and outputs are never written. The student copies are committed; CI
+(tests/test_student_notebooks.py) regenerates them and fails when they are out of date, then runs each blank copy
+to the end, each check saying "not answered yet" and no cell raising.
 """
 
 from __future__ import annotations
