@@ -1,7 +1,7 @@
 # %% [markdown]
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/07_memory_lab.ipynb)
 #
-# # Lab 7: Where does GRPO's GPU memory go?
+# # 07 · Where GPU memory goes: predicted from the architecture, and the OOM doctor
 #
 # GRPO runs a generation engine and a trainer on the same card. Before you press *train* you can predict, from the
 # model's architecture and a handful of settings, whether a run fits — and when it does not, which setting to change.
