@@ -203,7 +203,8 @@ reward_lab.print_table(demo["kit"])
 # - Under the naive rewards **repeated tags score highest**, above an honest answer, and the hedge and the number
 #   dump tie with the honest answer: GRPO would teach the model to spam tags and list numbers.
 # - Under the kit's rewards every honest formatted answer beats every hack. The defences: **correctness dominates**
-#   (it pays more than all format points together), so junk in perfect tags loses to any correct formatted answer;
+#   (2.0, more than the three format rewards' 1.5 together; the integer reward's 0.5 is not a format reward, and
+#   with it the rest reach 2.0, a tie), so junk in perfect tags (at most 2.0) loses to any correct formatted answer;
 #   **one number only**, so hedges and dumps are wrong; the **strict format** wants each tag exactly once in one
 #   layout; the **tag count** pays only for tags that appear once, and text after `</answer>` costs points.
 # - Not every hack is gone: junk in perfect tags still beats a correct answer *without* tags. In a group where
@@ -336,7 +337,7 @@ result
 # ## Recap
 #
 # - A reward is a function from completions to floats; test it on completions you write by hand before training with it.
-# - Correctness (2.0) outweighs all format rewards together (1.5), so a formatted wrong answer never beats a formatted right one.
+# - Correctness (2.0) outweighs the three format rewards together (strict 0.5 + soft 0.5 + tag count at most 0.5 = 1.5), but only ties them once the integer reward (0.5, paid for any integer, right or wrong) is added: 2.0. So in the strict layout, where both get the full 1.5, a wrong answer never beats a right one: the right one leads by at least 1.5.
 # - Naive rewards are gamed quickly (tag spam, hedging, number dumps); exact rules and caps are the defence.
 #
 # ## Exercises
