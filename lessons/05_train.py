@@ -494,9 +494,11 @@ else:
     fig, (ax_r, ax_kl) = plt.subplots(1, 2, figsize=(9, 3))
     for beta, rows in curves.items():
         ax_r.plot([r["step"] for r in rows], [r["reward"] for r in rows], marker="o", label=f"beta={beta}")
-        ax_kl.plot([r["step"] for r in rows], [r.get("kl", 0.0) for r in rows], marker="o", label=f"beta={beta}")
+        kl = [(r["step"], r["kl"]) for r in rows if "kl" in r]  # TRL logs kl only when beta > 0 (no reference)
+        if kl:
+            ax_kl.plot(*zip(*kl), marker="o", label=f"beta={beta}")
         print(f"beta={beta}: mean reward {sum(r['reward'] for r in rows) / len(rows):.3f}, "
-              f"last kl {rows[-1].get('kl', 0.0):.4f}")
+              + (f"last kl {kl[-1][1]:.4f}" if kl else "kl not logged (TRL computes it only when beta > 0)"))
     ax_r.set_title("reward"); ax_kl.set_title("kl to the starting model"); ax_r.set_xlabel("step"); ax_kl.set_xlabel("step")
     ax_r.legend(); fig.tight_layout(); plt.show()
 
