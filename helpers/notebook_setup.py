@@ -29,13 +29,13 @@ from pathlib import Path
 # tests/test_repo_slug.py checks that they all agree.
 REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 KIT_DIRNAME = "grpo-course-kit"
-COLAB_CONTENT = Path("/content")  # Colab's working directory; Drive is mounted at COLAB_CONTENT / "drive"
-COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
 DEFAULT_RUN_DIR = "runs/course"
 
 # helpers.runtime (and helpers.model, which it imports) load torch only inside functions: safe before the Colab install.
 from helpers import runtime as rt  # noqa: E402
-from helpers.runtime import on_colab  # noqa: E402  (re-exported for the setup cell)
+from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, on_colab  # noqa: E402  (on_colab: for the setup cell)
+
+COLAB_DIR = COLAB_CONTENT / KIT_DIRNAME
 
 # The setup cell, one text for every notebook (scripts/make_notebooks.py writes it). Only the part that must run
 # before helpers/ can be imported lives in it: finding (or fetching) the kit. Every name it reads (PRESET, LESSON,
@@ -333,7 +333,6 @@ def resolve_preset_name(preset_name: str | None, runtime, lesson: str | None = N
 
 # ------------------------------------------------------------------------------------- the Drive run folder
 
-DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: the same folder helpers.run.checkpoints keeps checkpoints in
 
 
 def drive_root(mount=None) -> Path:
@@ -374,6 +373,14 @@ def adapter_base_model(folder: str | os.PathLike) -> str | None:
         return None
 
 
+def adapter_fits(folder: str | os.PathLike, preset) -> bool:
+    """Whether folder holds an adapter this preset's model can load: the same base model, or one it does not name."""
+    if not is_adapter(folder):
+        return False
+    base = adapter_base_model(folder)
+    return not base or not preset.model_name or base_model_key(base) == base_model_key(preset.model_name)
+
+
 def base_model_key(name: str) -> str:
     """A model's identity across spellings: "unsloth/Qwen2.5-1.5B-Instruct", its "-unsloth-bnb-4bit" repo and a
     local folder of the same name agree; so do the cpu preset's "SmolLM2-135M-Instruct (embedded, ...)" and the
@@ -409,11 +416,10 @@ def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> 
     for folder in candidates:
         looked.append(str(folder))
         if is_adapter(folder):
-            base = adapter_base_model(folder)
-            want = kit.preset.model_name
-            if base and want and base_model_key(base) != base_model_key(want):
+            if not adapter_fits(folder, kit.preset):
                 raise AdapterMissing(
-                    f"the adapter in {folder} was trained on {base}, but this preset ({kit.preset.name}) loads {want}. "
+                    f"the adapter in {folder} was trained on {adapter_base_model(folder)}, but this preset "
+                    f"({kit.preset.name}) loads {kit.preset.model_name}. "
                     "Fix: use an adapter from a run with the same preset (the t4 preset on a T4 runtime, the cpu "
                     "preset on a CPU runtime), or set PRESET to match it.")
             print(f"[grpo-kit] using the trained adapter in {folder}")

@@ -82,10 +82,15 @@ def on_colab(environ=None) -> bool:
     return any(key.startswith("COLAB_") for key in environ)
 
 
+COLAB_CONTENT = Path("/content")  # Colab's working directory, the runtime's own disk; Drive mounts at <it>/drive
+DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: run folders, checkpoints, staged adapters and exports asked there
+
+
 def mount_drive(content, mount=None):
     """Colab's Google Drive, mounted at <content>/drive if it is not yet (Drive asks for permission once); returns
     <content>/drive/MyDrive. `mount` replaces google.colab.drive.mount (tests). The one place the kit mounts Drive:
-    the run folder (helpers.notebook_setup.drive_root) and exports asked onto Drive (helpers.sharing.export_dir)."""
+    the run folder (helpers.notebook_setup.drive_root), checkpoints (helpers.run.checkpoints.checkpoint_root) and
+    exports asked onto Drive (helpers.sharing.export_dir)."""
     mount_point = Path(content) / "drive"
     if not (mount_point / "MyDrive").is_dir():
         if mount is None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from helpers import data
 from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
-from helpers.runtime import mount_drive
+from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
 TOKEN_NAME = "HF_TOKEN"
 MISSING_TOKEN = (
@@ -62,8 +62,6 @@ def fresh_folder(path, overwrite: bool) -> Path:
 
 # ----------------------------------------------------------------------------------------- where exports go
 
-COLAB_CONTENT = Path("/content")  # Colab's working directory: this runtime's own disk (gone with the runtime)
-DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/, as helpers.notebook_setup.drive_root and helpers.run.checkpoints
 EXPORTS = "exports"
 
 
@@ -89,8 +87,7 @@ def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Pat
         return COLAB_CONTENT / EXPORTS / run_dir.name if on_drive(run_dir) else run_dir / EXPORTS
     if on_drive(run_dir):
         return run_dir / EXPORTS
-    environ = os.environ if environ is None else environ
-    if not any(k.startswith("COLAB_") for k in environ):
+    if not on_colab(environ):
         raise SharingError(f"EXPORT_TO_DRIVE = True needs Google Colab (Drive is mounted through google.colab). "
                            f"Elsewhere exports are already on your own disk, in {run_dir / EXPORTS}: set "
                            "EXPORT_TO_DRIVE = False.")

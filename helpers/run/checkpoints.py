@@ -28,11 +28,11 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from helpers.runtime import on_colab
+from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
 CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
-DRIVE_MOUNT = Path("/content/drive")
-DRIVE_FOLDER = DRIVE_MOUNT / "MyDrive" / "grpo-kit"
+DRIVE_MOUNT = COLAB_CONTENT / "drive"
+DRIVE_FOLDER = DRIVE_MOUNT / "MyDrive" / DRIVE_KIT_FOLDER
 TRAINER_SUBDIR = "trainer"  # the Trainer's output_dir inside a run folder (checkpoint-N/ go there)
 # Weights a checkpoint may hold: a LoRA adapter (the kit), or a whole model (full fine-tuning).
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors", "pytorch_model.bin",
@@ -64,12 +64,7 @@ def checkpoint_root(use_drive: bool = False, run_dir=None, environ=None, mount=N
             "use_drive=True needs Google Colab (Drive is mounted through google.colab). Elsewhere the run folder is "
             f"already on your own disk: use checkpoint_root(use_drive=False) -> {run_dir / TRAINER_SUBDIR}."
         )
-    if mount is None:
-        from google.colab import drive  # only exists on Colab: imported where used
-
-        mount = drive.mount
-    if not (DRIVE_MOUNT / "MyDrive").is_dir():
-        mount(str(DRIVE_MOUNT))
+    mount_drive(DRIVE_MOUNT.parent, mount)
     root = DRIVE_FOLDER / run_dir.name / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     return root

@@ -17,6 +17,7 @@ import json
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from helpers import memory, sharing
@@ -25,7 +26,7 @@ from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_pr
 from helpers.data import heldout_questions
 from helpers.memory.monitor import process_rss_gb
 from helpers.model import ModelSetupError, embedded_gguf_path, generate
-from helpers.notebook_setup import (AdapterMissing, adapter_base_model, base_model_key, is_adapter,
+from helpers.notebook_setup import (AdapterMissing, adapter_base_model, adapter_fits, base_model_key, is_adapter,
                                     locate_adapter)
 from helpers.run.guard import need_free_gb
 from helpers.rewards import score_completion
@@ -240,12 +241,8 @@ def save_rewards(funcs, run_dir) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
     print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training when its "
-          f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if _on_drive(path) else ""))
+          f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if sharing.on_drive(path) else ""))
     return path
-
-
-def _on_drive(path: Path) -> bool:
-    return "MyDrive" in Path(path).parts
 
 
 # ------------------------------------------------------------------------------------------- 05 train
@@ -255,7 +252,7 @@ def load_rewards(run_dir) -> list:
     """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with how to bring them when there are none)."""
     path = Path(run_dir) / REWARD_FILE
     if not path.is_file():
-        where = "on Google Drive" if _on_drive(path) else "on this runtime's disk"
+        where = "on Google Drive" if sharing.on_drive(path) else "on this runtime's disk"
         print(f"[grpo-kit] no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
               f"yours: run 04 to its exercise 4.1 with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
               "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
@@ -391,14 +388,6 @@ def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4, run_dir=None):
     return adapter, state.model, state.tokenizer
 
 
-def adapter_fits(folder, preset) -> bool:
-    """Whether folder holds an adapter this preset's model can load (the same base model, helpers.notebook_setup)."""
-    if not is_adapter(folder):
-        return False
-    base = adapter_base_model(folder)
-    return not base or base_model_key(base) == base_model_key(preset.model_name)
-
-
 def local_run_dir(run_dir, preset_name: str) -> Path:
     """06's own run folder when RUN_DIR's run is not one this runtime evaluates (a T4 run on a CPU runtime, or no
     run at all): `<RUN_DIR>-<preset>` beside it (runs/course-cpu), or, when RUN_DIR is on Google Drive,
@@ -420,8 +409,6 @@ def adapter_for_this_runtime(kit, staged=None, train_if_missing: bool = True):
     3. train_if_missing: a tiny run trained into the local folder now (train_tiny_adapter).
     Otherwise AdapterMissing naming what RUN_DIR holds, where it looked, and the fixes. RUN_DIR is never written.
     """
-    from dataclasses import replace
-
     run_adapter = Path(kit.run_dir) / "adapter"
     if adapter_fits(run_adapter, kit.preset):
         return locate_adapter(kit), Path(kit.run_dir), None, None
