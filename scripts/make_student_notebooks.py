@@ -31,7 +31,7 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "notebooks"
-PATTERN = "0[1-7]_*.ipynb"
+PATTERN = "0[1-9]_*.ipynb"
 MARKER = "# SOLUTION"
 TASK_RE = re.compile(r"^#\s*Exercise\s+([\w.]+):\s*(.+?)\s*$", re.M)
 STUDENT_NOTE = ("> **Student version.** Exercise cells keep the names and signatures, with blanks for you to fill; "
