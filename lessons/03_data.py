@@ -8,7 +8,7 @@
 # ## Learning objectives
 #
 # - Know the columns every row has: `prompt` (chat messages), `answer` (the gold number), `question`.
-# - Read a real GSM8K row: the question, the worked solution ending in `#### N`, the gold number parsed from it.
+# - Read a real GSM8K row, then write the function that turns it into a training row: chat messages and the gold number after `#### N`.
 # - Read the answer format the rewards check: `<reasoning>...</reasoning>` then `<answer>...</answer>`.
 # - See why a worked example is in the prompt for a small model.
 # - Measure prompt lengths and filter long prompts before training (`helpers.data.filter_long_prompts`).
@@ -50,6 +50,7 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 
 # %%
 from helpers import data, prompts
+from helpers.teaching.exercises import nb03 as ex  # this lesson's self-checking exercises
 
 dataset = data.training_questions(kit.preset)  # the questions helpers.train trains on, as a datasets.Dataset
 print(f"{len(dataset)} training questions from the {kit.preset.dataset!r} set; columns: {dataset.column_names}")
@@ -72,21 +73,47 @@ for message in row["prompt"]:
 #   (counted below).
 #
 # GSM8K's `answer` column is a worked solution: calculator annotations `<<48/2=24>>` in the steps, the final number
-# after `####`. `data.gsm8k_records` returns those records and prints where they came from; `data.gsm8k_rows` turns
-# them into the kit's columns, the gold number parsed from the `####` line, as the t4 preset builds them.
+# after `####`. `data.gsm8k_records` returns those records and prints where they came from:
 
 # %%
 from helpers.config import get_preset
 
 t4 = get_preset("t4")
 records = data.gsm8k_records("train", limit=40)  # the real split, or the kit's sample when the Hub is out of reach
-gsm8k = data.gsm8k_rows(records, worked_example=t4.worked_example)
 print("\nquestion:", records[0]["question"])
 print("solution (GSM8K's answer column):\n  " + records[0]["answer"].replace("\n", "\n  "))
-print("gold answer (parse_gsm8k_answer):", gsm8k[0]["answer"])
+
+# %% [markdown]
+# **Exercise 3.1.** Turn a GSM8K record into a row GRPO can train on. `GRPOTrainer` reads the `prompt` column (chat
+# messages); every other column reaches the reward functions as a keyword argument, so `answer` must be what the
+# correctness reward compares with: the gold number only, the text after `####` with spaces and commas stripped
+# (`1,000` -> `1000`). Fill in `gsm8k_to_row(record, worked_example=True)`; `prompts.build_messages(question,
+# worked_example=...)` builds the messages (the system prompt with the answer format, then, if asked, one solved
+# example, then the question). The check runs it on the GSM8K rows shipped with the kit, on rows with the edges of the
+# real split (thousands, negative numbers), and on the records above. Each exercise in this course has a check cell
+# like it: it says which case failed and why; `ex.q1.hint()` nudges, `ex.q1.solution()` shows an answer.
+
+# %% tags=["solution"]
+# Exercise 3.1: write gsm8k_to_row(record, worked_example=True): one GSM8K record -> {"prompt", "answer", "question"}
+# SOLUTION
+def gsm8k_to_row(record, worked_example=True):
+    """One GSM8K record {"question", "answer"} -> the row GRPOTrainer trains on: {"prompt", "answer", "question"}."""
+    solution = record["answer"]  # the worked solution; its last line is "#### <number>"
+    gold = solution.split("####")[-1].strip().replace(",", "")  # blank: the number after "####", spaces and commas stripped
+    messages = prompts.build_messages(record["question"], worked_example=worked_example)  # blank: the chat messages
+    return {"prompt": messages, "answer": gold, "question": record["question"]}
+
+
+# %%
+result = ex.q1.check(gsm8k_to_row, records=records)
+# Yours once it passes; until then the kit's data.gsm8k_rows (the same rows), so the lesson goes on.
+gsm8k = ([gsm8k_to_row(r, worked_example=t4.worked_example) for r in records] if result.passed
+         else data.gsm8k_rows(records, worked_example=t4.worked_example))
+print("gold answer:", gsm8k[0]["answer"])
 print("prompt (chat messages, as the t4 preset builds them):")
 for message in gsm8k[0]["prompt"]:
     print(f"  [{message['role']}] {message['content']}")
+result
 
 # %% [markdown]
 # ## The answer format
@@ -157,17 +184,7 @@ without = data.prompt_token_length(tokenizer, prompts.build_messages(question, w
 print(f"prompt tokens with the worked example: {with_example}, without: {without}")
 
 # %% [markdown]
-# ## Exercises with self-checks
-#
-# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
-
-# %%
-from helpers.teaching.exercises import nb03 as ex
-
-
-# %% [markdown]
-# **Exercise 3.1.** How many questions does training read? A GRPO step samples a fixed number of completions
+# **Exercise 3.2.** How many questions does training read? A GRPO step samples a fixed number of completions
 # (TRL's `per_device_train_batch_size` counts completions, not prompts), and spends them on depth: `num_generations`
 # answers to each question, the group that serves as its own baseline. Write
 # `questions_per_run(max_steps, completions_per_step, num_generations)`: how many questions (prompts) a run draws
@@ -175,14 +192,14 @@ from helpers.teaching.exercises import nb03 as ex
 # preset's training set.
 
 # %% tags=["solution"]
-# Exercise 3.1: write questions_per_run(max_steps, completions_per_step, num_generations): the prompts a run draws
+# Exercise 3.2: write questions_per_run(max_steps, completions_per_step, num_generations): the prompts a run draws
 # SOLUTION
 def questions_per_run(max_steps, completions_per_step, num_generations):
     return max_steps * completions_per_step // num_generations
 
 
 # %%
-result = ex.q1.check(questions_per_run)
+result = ex.q2.check(questions_per_run)
 if result.passed:
     p = kit.preset
     budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
@@ -204,7 +221,7 @@ result
 # %% [markdown]
 # ## Recap
 #
-# - Every row has `prompt`, `answer` and `question`; the rewards read `answer`.
+# - Every row has `prompt`, `answer` and `question`; the rewards read `answer`. You wrote the GSM8K mapping the t4 preset trains on.
 # - A GRPO step spends its completions on depth: `num_generations` answers per question, so a run reads `max_steps x completions per step / num_generations` questions - few, so choose them well.
 # - The format is defined once in `helpers/prompts.py`; answers are read from the last `<answer>` block.
 # - TRL no longer truncates prompts: `filter_long_prompts` keeps every step within the memory budget.

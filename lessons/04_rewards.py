@@ -92,31 +92,17 @@ for pred, gold in [("12", "12"), ("1,000", "1000"), ("$18", "18"), ("72.0", "72"
 
 # %%
 from helpers.rewards import answers_match, completion_text
+from helpers.teaching.exercises import nb04 as ex  # this lesson's self-checking exercises
 
 TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 STRICT = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)
 SOFT = re.compile(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", re.DOTALL)
 
 
-def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs):
-    """2.0 when the last answer block equals the gold answer as a number."""
-    scores = []
-    for completion, gold in zip(completions, answer):
-        pred = answer_from(completion_text(completion))
-        scores.append(2.0 if pred is not None and answers_match(pred, gold) else 0.0)
-    return scores
-
-
 def my_integer_reward(prompts=None, completions=None, **kwargs):
     """0.5 when the answer is a plain integer: the model should not write units or words there."""
     answers = [answer_from(completion_text(c)) for c in completions]
     return [0.5 if a is not None and re.fullmatch(r"-?[0-9]+", a) else 0.0 for a in answers]
-
-
-def my_strict_format_reward(prompts=None, completions=None, **kwargs):
-    """0.5 for exactly the layout of the worked example, each tag once, each on its own line."""
-    texts = [completion_text(c).strip() for c in completions]
-    return [0.5 if all(t.count(tag) == 1 for tag in TAGS) and STRICT.fullmatch(t) else 0.0 for t in texts]
 
 
 def my_soft_format_reward(prompts=None, completions=None, **kwargs):
@@ -134,9 +120,60 @@ def my_tag_count_reward(prompts=None, completions=None, **kwargs):
         scores.append(score)
     return scores
 
+# %% [markdown]
+# Three of the five are written above. The two that matter most are yours to write.
+#
+# **Exercise 4.1.** The correctness reward: **2.0** when the completion's last `<answer>` block equals the gold answer
+# as a number (`answer_from` above, then `answers_match`), else **0.0**. Each exercise has a check cell after it:
+# it runs your function on hidden cases and says which case failed and why, here as a table of the completions where
+# your reward and the kit's `helpers.rewards.correctness_reward` differ (commas, `$`, `18.0`, hedges, several answer
+# blocks, chat-format completions, empty and `None` ones). Stuck? `ex.q1.hint()`; still stuck, `ex.q1.solution()`.
 
-MY_REWARDS = [my_correctness_reward, my_integer_reward, my_strict_format_reward, my_soft_format_reward,
+# %% tags=["solution"]
+# Exercise 4.1: write my_correctness_reward(prompts, completions, answer, **kwargs): 2.0 when the answer is right
+# SOLUTION
+def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs):
+    """2.0 when the last answer block equals the gold answer as a number."""
+    scores = []
+    for completion, gold in zip(completions, answer):  # TRL passes the dataset's answer column, one per completion
+        pred = answer_from(completion_text(completion))  # blank: the text of the last <answer> block, or None
+        score = 2.0 if pred is not None and answers_match(pred, gold) else 0.0  # blank: 2.0 if it matches, else 0.0
+        scores.append(score)
+    return scores
+
+
+# %%
+correctness_check = ex.q1.check(my_correctness_reward)
+correctness_check
+
+# %% [markdown]
+# **Exercise 4.2.** The strict-format reward: **0.5** for exactly the worked example's layout, each tag once and each
+# on its own line (`STRICT` above), surrounding whitespace ignored; else **0.0**. The check compares it with the
+# kit's `helpers.rewards.strict_format_reward` the same way.
+
+# %% tags=["solution"]
+# Exercise 4.2: write my_strict_format_reward(prompts, completions, **kwargs): 0.5 for the exact layout
+# SOLUTION
+def my_strict_format_reward(prompts=None, completions=None, **kwargs):
+    """0.5 for exactly the layout of the worked example, each tag once, each on its own line."""
+    scores = []
+    for completion in completions:
+        text = completion_text(completion).strip()  # blank: the completion's text, surrounding whitespace removed
+        each_once = all(text.count(tag) == 1 for tag in TAGS)  # blank: every tag of TAGS appears exactly once
+        layout = STRICT.fullmatch(text) is not None  # blank: STRICT matches the whole text
+        scores.append(0.5 if each_once and layout else 0.0)
+    return scores
+
+
+# %%
+strict_check = ex.q2.check(my_strict_format_reward)
+# Yours where its check passed; the kit's in its place until then, so the tables below always run.
+MY_REWARDS = [my_correctness_reward if correctness_check.passed else rewards.correctness_reward, my_integer_reward,
+              my_strict_format_reward if strict_check.passed else rewards.strict_format_reward, my_soft_format_reward,
               my_tag_count_reward]
+print("scored below with:", [f"{f.__name__} ({'yours' if f.__module__ != rewards.__name__ else 'the kit'})"
+                             for f in MY_REWARDS])
+strict_check
 
 # %% [markdown]
 # Try them on completions written by hand (gold answer 12), then check them against the kit's rewards, which are
@@ -278,16 +315,9 @@ print(grpo_math.format_table(widget.set_rewards([2.0, 2.0, 2.0, 2.0])))
 print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
 
 # %% [markdown]
-# ## Exercises with self-checks
+# ## More exercises with self-checks
 #
-# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`.
-
-# %%
-from helpers.teaching.exercises import nb04 as ex
-
-# %% [markdown]
-# **Exercise 4.1.** Long rambling answers cost generation time and memory. Write a reward
+# **Exercise 4.3.** Long rambling answers cost generation time and memory. Write a reward
 # `brevity_reward(prompts, completions, **kwargs)` with TRL's contract that gives **0.5** to a completion of at most
 # **100 words** (split on whitespace) and **0.0** to a longer one. Completions may be plain strings or chat
 # messages (`helpers.rewards.completion_text` handles both). Once it passes its check, the check cell saves it
@@ -297,7 +327,7 @@ from helpers.teaching.exercises import nb04 as ex
 # finds it there.
 
 # %% tags=["solution"]
-# Exercise 4.1: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above
+# Exercise 4.3: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above
 # SOLUTION
 from helpers.rewards import completion_text
 
@@ -306,17 +336,17 @@ def brevity_reward(prompts=None, completions=None, **kwargs):
 
 
 # %%
-result = ex.q1.check(brevity_reward)
+result = ex.q3.check(brevity_reward)
 print(result)
 if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewards.py to the kit's five
     reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
     course.save_rewards([brevity_reward], kit.run_dir)
 
 # %% [markdown]
-# **Exercise 4.2.** Without `helpers.teaching.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
+# **Exercise 4.4.** Without `helpers.teaching.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
 
 # %% tags=["solution"]
-# Exercise 4.2: write my_advantages(rewards) returning GRPO's advantage for each completion of one group
+# Exercise 4.4: write my_advantages(rewards) returning GRPO's advantage for each completion of one group
 # SOLUTION
 import math
 
@@ -328,7 +358,7 @@ def my_advantages(rewards):
 
 
 # %%
-result = ex.q2.check(my_advantages)
+result = ex.q4.check(my_advantages)
 if result.passed:
     print([round(a, 3) for a in my_advantages([4.0, 0.0, 2.0, 0.0])])
 result

@@ -104,58 +104,79 @@ train_dataset, heldout = pipeline.load_data(state)           # 03's questions, l
 before = pipeline.evaluate_before(state, heldout)            # greedy accuracy before training
 
 # %% [markdown]
-# ## Step 2: the GRPOConfig, written out
+# ## Step 2: the GRPOConfig, written by you
 #
 # Every value comes from the preset (`p`), so what you change in the setup cell (`setup.prepare(..., beta=0.04)`) is
 # what trains, and `config.json` in the run folder says so. Precision is decided by the card: on a T4
 # `fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default `bf16=True` would fail), on a CPU
-# `use_cpu=True`. The last line checks that this config is the one `python -m helpers.train` would build.
+# `use_cpu=True`.
+#
+# **Exercise 5.1.** Fill in the blanks of `make_config`: the fields that decide GRPO and memory (the group, the
+# batch, the completion length, beta, the learning rate, and the precision flags for the card). Each exercise has a
+# check cell after it: it says which case failed and why. This one builds your config for three machines (the cpu
+# preset on a CPU, the t4 preset on a T4 and on an A100), so precision written for this machine only is caught, and
+# compares it field by field with the config `python -m helpers.train` builds, giving the reason for each field.
+# Stuck? `ex.q1.hint()`; still stuck, `ex.q1.solution()`.
 
 # %%
 from trl import GRPOConfig
 
-p = kit.preset
-on_gpu = p.backend == "unsloth"                  # Unsloth + vLLM on a GPU; transformers + peft on a CPU
-bf16_ok = on_gpu and kit.runtime.bf16_supported  # Ampere or newer
-config = GRPOConfig(
-    output_dir=str(state.folder.checkpoint_dir),     # checkpoint-N/ folders go here
-    # --- the group GRPO compares
-    num_generations=p.num_generations,           # completions sampled per prompt
-    per_device_train_batch_size=p.per_device_train_batch_size,  # completions (not prompts) per step
-    gradient_accumulation_steps=p.gradient_accumulation_steps,  # batches per optimizer step
-    max_completion_length=p.max_completion_length,  # tokens per completion: caps time and the logits tensor
-    temperature=p.temperature,                   # sampling must vary, or a group ties and teaches nothing
-    scale_rewards=p.scale_rewards,               # "group": advantage = (reward - group mean) / group std
-    beta=p.beta,                                 # weight of the KL penalty; 0.0 = no reference model in memory
-    # --- the optimizer
-    learning_rate=p.learning_rate,               # LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
-    weight_decay=p.weight_decay,
-    warmup_steps=p.warmup_steps,
-    lr_scheduler_type=p.lr_scheduler_type,
-    max_grad_norm=p.max_grad_norm,               # clip the update: RL gradients are noisy
-    optim=p.optim,                               # adamw_8bit on a GPU keeps the optimizer state small
-    max_steps=p.max_steps,
-    num_iterations=p.num_iterations,             # optimizer steps per batch of completions (2: sample every other step)
-    seed=p.seed,
-    # --- precision and device
-    bf16=bf16_ok,                                # a T4 (compute capability 7.5) has no bf16 ...
-    fp16=on_gpu and not bf16_ok,                 # ... so it trains in fp16
-    use_cpu=not on_gpu,
-    # --- generation and memory
-    use_vllm=on_gpu and p.fast_inference,        # GPU: the vLLM engine Unsloth attached (weights shared)
-    gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
-    # --- logging and checkpoints
-    logging_steps=p.logging_steps,
-    save_strategy="steps" if state.save_steps else "no",
-    save_steps=state.save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
-    save_only_model=False,                       # keep optimizer and scheduler state: resumable
-    report_to="none",
-    log_completions=False,
-    disable_tqdm=False,
-    dataloader_num_workers=0,
-)
+from helpers.teaching.exercises import nb05 as ex  # this lesson's self-checking exercises
+
+# %% tags=["solution"]
+# Exercise 5.1: fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig fields of GRPO and memory
+# SOLUTION
+def make_config(p, runtime, output_dir, save_steps):
+    """The GRPOConfig of preset p on this runtime: the one `python -m helpers.train` builds."""
+    on_gpu = p.backend == "unsloth"              # Unsloth + vLLM on a GPU; transformers + peft on a CPU
+    bf16_ok = on_gpu and runtime.bf16_supported  # Ampere (compute capability 8.0) or newer
+    return GRPOConfig(
+        output_dir=output_dir,                   # checkpoint-N/ folders go here
+        # --- the group GRPO compares
+        num_generations=p.num_generations,  # blank: completions sampled per prompt (the group)
+        per_device_train_batch_size=p.per_device_train_batch_size,  # blank: completions (not prompts) per step
+        gradient_accumulation_steps=p.gradient_accumulation_steps,  # batches per optimizer step
+        max_completion_length=p.max_completion_length,  # blank: tokens per completion: caps time and the logits
+        temperature=p.temperature,               # sampling must vary, or a group ties and teaches nothing
+        scale_rewards=p.scale_rewards,           # "group": advantage = (reward - group mean) / group std
+        beta=p.beta,  # blank: weight of the KL penalty; 0.0 = no reference model in memory
+        # --- the optimizer
+        learning_rate=p.learning_rate,  # blank: LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
+        weight_decay=p.weight_decay,
+        warmup_steps=p.warmup_steps,
+        lr_scheduler_type=p.lr_scheduler_type,
+        max_grad_norm=p.max_grad_norm,           # clip the update: RL gradients are noisy
+        optim=p.optim,                           # adamw_8bit on a GPU keeps the optimizer state small
+        max_steps=p.max_steps,
+        num_iterations=p.num_iterations,         # optimizer steps per batch of completions (2: sample every other step)
+        seed=p.seed,
+        # --- precision and device
+        bf16=bf16_ok,  # blank: a T4 (compute capability 7.5) has no bf16 ...
+        fp16=on_gpu and not bf16_ok,  # blank: ... so it trains in fp16
+        use_cpu=not on_gpu,  # blank: no GPU: TRL must not look for one
+        # --- generation and memory
+        use_vllm=on_gpu and p.fast_inference,    # GPU: the vLLM engine Unsloth attached (weights shared)
+        gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
+        # --- logging and checkpoints
+        logging_steps=p.logging_steps,
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
+        save_only_model=False,                   # keep optimizer and scheduler state: resumable
+        report_to="none",
+        log_completions=False,
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+    )
+
+
+# %%
+result = ex.q1.check(make_config)
+# Yours once it passes; until then the config helpers.train builds (pipeline.grpo_config), so the lesson goes on.
+config = (make_config(kit.preset, kit.runtime, str(state.folder.checkpoint_dir), state.save_steps) if result.passed
+          else pipeline.grpo_config(state))
 pipeline.check_config(state, config)  # raises, naming the field, if this differs from the preset's config
 why = course.describe_config(kit, config)
+result
 
 # %% [markdown]
 # ### Will it fit? The predicted memory of the t4 recipe
@@ -170,31 +191,21 @@ why = course.describe_config(kit, config)
 course.plot_predicted_memory(kit);
 
 # %% [markdown]
-# ## Exercises with self-checks
-#
-# Each exercise has a cell for your answer and a check cell: `ex.qN.check(...)` runs hidden test cases and tells
-# you which case failed and why. Stuck? `ex.qN.hint()`; still stuck, `ex.qN.solution()`. The second exercise comes after training; training never waits for an answer.
-
-# %%
-from helpers.teaching.exercises import nb05 as ex
-
-
-# %% [markdown]
-# **Exercise 5.1.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
+# **Exercise 5.2.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
 # the model answers a question right with probability `p`, independently for each of the `G` completions of its
 # group. Write `zero_spread_chance(p, group_size)`: the chance that the group has **zero spread** (all right or all
 # wrong), so its advantages are all 0 and it teaches nothing. The check then prints it for this preset's
 # `num_generations`; compare with `frac_reward_zero_std` in the training logs below.
 
 # %% tags=["solution"]
-# Exercise 5.1: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
+# Exercise 5.2: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
 # SOLUTION
 def zero_spread_chance(p, group_size):
     return p ** group_size + (1 - p) ** group_size
 
 
 # %%
-result = ex.q1.check(zero_spread_chance)
+result = ex.q2.check(zero_spread_chance)
 if result.passed:
     G = kit.preset.num_generations
     for p_right in (0.05, 0.2, 0.5, 0.9):
@@ -210,25 +221,43 @@ result
 # and takes a policy-gradient step. The kit's extras are ordinary TRL callbacks (`helpers.run.pipeline.kit_callbacks`):
 # the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
 
+# %% [markdown]
+# **Exercise 5.3.** Fill in the call: which of `make_trainer`'s arguments goes to which of `GRPOTrainer`'s
+# parameters. The check calls your function with stand-ins and says which one landed in the wrong place.
+
 # %%
 from trl import GRPOTrainer
 
 from helpers.model import check_trainer_uses_model_engine
 from helpers.run.trl_patches import patch_trl_for_cpu
 
-if not on_gpu:
+# %% tags=["solution"]
+# Exercise 5.3: fill in make_trainer(...): GRPOTrainer's arguments
+# SOLUTION
+def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
+    """The trainer: it samples the groups, calls the rewards, computes the advantages and takes the steps."""
+    return GRPOTrainer(
+        model=model,  # blank: the LoRA model: only the adapter trains
+        processing_class=tokenizer,  # blank: tokenizes prompts, decodes completions
+        reward_funcs=reward_funcs,  # blank: f(prompts, completions, answer=..., **kw) -> list[float], summed
+        args=config,  # blank: the GRPOConfig of exercise 5.1
+        train_dataset=train_dataset,  # blank: rows with "prompt" (chat messages) and "answer" (for the rewards)
+        callbacks=callbacks,  # blank: the kit's extras, as TRL callbacks
+    )
+
+
+# %%
+result = ex.q3.check(make_trainer)
+if kit.preset.backend != "unsloth":
     patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
-trainer = GRPOTrainer(
-    model=model,                         # the LoRA model: only the adapter trains
-    processing_class=tokenizer,          # tokenizes prompts, decodes completions
-    reward_funcs=reward_funcs,           # f(prompts, completions, answer=..., **kw) -> list[float], summed
-    args=config,
-    train_dataset=train_dataset,         # rows with "prompt" (chat messages) and "answer" (for the rewards)
-    callbacks=pipeline.kit_callbacks(state),  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
-)
+callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
+# Yours once it passes; until then the same call in helpers.run.pipeline.build_trainer, so the lesson goes on.
+trainer = (make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks) if result.passed
+           else pipeline.build_trainer(state, train_dataset))
 check_trainer_uses_model_engine(trainer, model)  # GPU: samples with the model's vLLM engine + adapter (CPU: no-op)
 print("reward functions:", [f.__name__ for f in reward_funcs])
 print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
+result
 
 # %% [markdown]
 # ## Step 4: train, watch, resume
@@ -331,107 +360,49 @@ if not (EXPORT_MERGED or EXPORT_GGUF or HUB_REPO):
           f"HUB_REPO = \"your-name/model\" to write more (into {exports}).")
 
 # %% [markdown]
-# ## The policy update, with numbers from this run
+# ## The policy update, by hand
 #
-# What did one of those steps do? Here is one step by hand, on one group of this run's model (CPU path), with the
-# loss written out in `helpers.teaching.grpo_math.policy_loss` and checked against TRL's own `GRPOTrainer._compute_loss`:
-#
-# 1. sample `num_generations` completions of one question, score them, and turn the rewards into advantages (04);
-# 2. the **log-probability** of every sampled token under the policy that sampled it: `logp_old`;
-# 3. one gradient step on the loss; then the new log-probabilities `logp`, and the **ratio** `exp(logp - logp_old)`
-#    per token: above 1, the token became likelier;
-# 4. the **clipped surrogate** `-min(ratio x A, clip(ratio, 1 - epsilon, 1 + epsilon) x A)`: once a token moved
-#    more than `epsilon` (TRL's default 0.2) in the direction its advantage wants, it stops pulling (PPO's trust
-#    region, kept by GRPO; GRPO drops PPO's value model and uses the group as the baseline instead);
-# 5. the **KL term** `beta x (exp(ref - logp) - (ref - logp) - 1)` against the reference model (here: the same
-#    model with the LoRA adapter switched off). With `beta = 0` (TRL's default, and this preset's) there is no
-#    reference model in memory and nothing holds the policy near it; the cell shows what `beta = 0.04` would add.
-# 6. the **loss type** decides how per-token losses are averaged: `grpo` per completion then over completions
-#    (short completions weigh more per token), `bnpo`/`dapo` over all tokens of the batch (TRL's default `dapo`),
-#    `dr_grpo` divided by a constant (completions x `max_completion_length`). `scale_rewards` (04) decided A.
-
-# %%
-import torch
-
-from helpers.teaching import grpo_math
-from helpers.model import generate
-
-if kit.on_gpu:
-    print("This cell runs on the CPU path (peft model, plain TRL trainer); on a GPU, read it, or rerun 05 with PRESET = \"cpu\".")
-else:
-    row = train_dataset[0]
-    group = generate(model, tokenizer, [row["prompt"]] * kit.preset.num_generations, kit.preset, greedy=False)
-    rewards_of = [sum(f(prompts=[row["prompt"]], completions=[c], answer=[row["answer"]])[0] for f in reward_funcs)
-                  for c in group]
-    advantages = torch.tensor(grpo_math.group_advantages(rewards_of), dtype=torch.float32)
-    batch = grpo_math.group_batch(tokenizer, row["prompt"], group)
-    mask = batch["completion_mask"]
-    model.eval()
-    with torch.no_grad():
-        logp_old = grpo_math.completion_logps(model, batch, temperature=config.temperature)
-        with model.disable_adapter():  # the reference model: the base weights without the LoRA adapter
-            logp_ref = grpo_math.completion_logps(model, batch, temperature=config.temperature)
-    epsilon, loss_type = config.epsilon, config.loss_type
-    step = grpo_math.policy_loss(grpo_math.completion_logps(model, batch, temperature=config.temperature), logp_old,
-                                 advantages, mask, loss_type=loss_type, epsilon=epsilon)
-    step["loss"].backward()  # at the first look the ratio is 1 everywhere: the gradient is the advantage's push
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p -= 20 * config.learning_rate * p.grad  # a deliberately large step, so the ratios move visibly
-                p.grad = None
-        logp_new = grpo_math.completion_logps(model, batch, temperature=config.temperature)
-    after = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon,
-                                  beta=0.04, ref_per_token_logps=logp_ref)
-    print(f"{'completion':<42} {'reward':>6} {'adv':>6} {'ratio':>6} {'clipped':>7} {'KL':>7}")
-    for i, text in enumerate(group):
-        m = mask[i].bool()
-        cells = [float(after["ratio"][i][m].mean()), float(after["clipped"][i][m].float().mean()),
-                 float(after["per_token_kl"][i][m].mean())] if m.any() else [float("nan")] * 3
-        print(f"{text.strip().replace(chr(10), ' ')[:40]:<42} {rewards_of[i]:>6.2f} {float(advantages[i]):>+6.2f} "
-              f"{cells[0]:>6.3f} {cells[1]:>7.0%} {cells[2]:>7.4f}")
-    ours = grpo_math.policy_loss(logp_new, logp_old, advantages, mask, loss_type=loss_type, epsilon=epsilon)["loss"]
-    with torch.no_grad():
-        theirs = trainer._compute_loss(model, {**batch, "advantages": advantages, "old_per_token_logps": logp_old,
-                                               "num_items_in_batch": mask.sum()})
-    print(f"\nloss ({loss_type}) after the step: ours {float(ours):+.6f}, TRL's _compute_loss {float(theirs):+.6f}")
-    print(f"with beta=0.04 the KL term would add {float(after['loss'] - ours):+.6f}")
-    assert abs(float(ours) - float(theirs)) < 1e-4, "grpo_math.policy_loss should equal TRL's loss"
+# What did one of those steps do? Lesson 08 takes one GRPO step from scratch on the embedded model, on any runtime
+# in a few minutes: one sampled group, its rewards and advantages, the token-level loss written by you and checked
+# against TRL's own `GRPOTrainer._compute_loss`, one optimizer step, and the rewarded completion's probability going
+# up. The exercises below take the same loss apart: its clipping and its KL term.
 
 # %% [markdown]
-# **Exercise 5.2.** Four made-up runs, drawn below: the reward (black), the share of groups with zero spread (red,
+# **Exercise 5.4.** Four made-up runs, drawn below: the reward (black), the share of groups with zero spread (red,
 # right axis) and the share of completions cut off at the length cap (orange, right axis). For each run, say what
 # happened: `"healthy"`, `"no learning signal"`, `"length cap"` or `"reward collapse"`, in a dict `diagnoses`
 # (e.g. `{"A": "healthy", ...}`). The checker asks the
 # dashboard's own warning functions.
 
 # %%
-fig = ex.q2.plot()  # runs A-D
+fig = ex.q4.plot()  # runs A-D
 
 # %% tags=["solution"]
-# Exercise 5.2: diagnose runs A-D: 'healthy', 'no learning signal', 'length cap' or 'reward collapse'
+# Exercise 5.4: diagnose runs A-D: 'healthy', 'no learning signal', 'length cap' or 'reward collapse'
 # SOLUTION
 diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
 
 # %%
-ex.q2.check(diagnoses)
+ex.q4.check(diagnoses)
 
 # %% [markdown]
-# **Exercise 5.3.** The per-token objective in the policy update above is PPO's clipped surrogate, which GRPO
+# **Exercise 5.5.** The per-token objective in GRPO's policy update is PPO's clipped surrogate, which GRPO
 # keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
 # 1 + epsilon) x A)`. The check then compares it with `helpers.teaching.grpo_math.policy_loss` (TRL's loss is minus it).
 
 # %% tags=["solution"]
-# Exercise 5.3: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
+# Exercise 5.5: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
 # SOLUTION
 def clipped_objective(ratio, advantage, epsilon=0.2):
     clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
     return min(ratio * advantage, clipped * advantage)
 
 # %%
-result = ex.q3.check(clipped_objective)
+result = ex.q5.check(clipped_objective)
 if result.passed:
     import math
+
+    from helpers.teaching import grpo_math
 
     for r, a in [(1.5, 1.0), (0.5, 1.0), (0.5, -1.0), (1.5, -1.0)]:
         trl_loss = float(grpo_math.policy_loss([[math.log(r)]], [[0.0]], [a], [[1]], loss_type="grpo")["loss"])
@@ -439,13 +410,13 @@ if result.passed:
 result
 
 # %% [markdown]
-# **Exercise 5.4.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
+# **Exercise 5.6.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
 # per-token estimate of how far the policy has moved from the reference (the model before training):
 # `exp(d) - d - 1` with `d = ref_logp - logp`. Write `kl_penalty(logp, ref_logp)`; the cell after it prints what
 # beta = 0.04 adds to a token's loss as the policy moves away from the reference.
 
 # %% tags=["solution"]
-# Exercise 5.4: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
+# Exercise 5.6: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
 # SOLUTION
 import math
 
@@ -454,7 +425,7 @@ def kl_penalty(logp, ref_logp):
     return math.exp(d) - d - 1
 
 # %%
-result = ex.q4.check(kl_penalty)
+result = ex.q6.check(kl_penalty)
 if result.passed:
     for logp in (-1.0, -0.5, -2.0, -4.0):
         penalty = 0.04 * kl_penalty(logp, -1.0)

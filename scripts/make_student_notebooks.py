@@ -10,7 +10,10 @@ docstring kept with a body that raises
 
     raise NotImplementedError("Student exercise: <task>")
 
-and each top-level `name = ...` kept as a blank (`...`), plus a comment saying where to write the answer. So
+and each top-level `name = ...` kept as a blank (`...`), plus a comment saying where to write the answer. A
+solution can instead keep its structure and blank only the lines that teach (a Neuromatch-style partial scaffold):
+a line ending in `# blank: <why>` keeps its code up to the value, which becomes `...` (`name = ...`, `field=...,`,
+`return ...`), and `<why>` stays as its comment; every other line is copied. So
 every name stays defined and "Run all" on a blank copy reaches the end: each check cell says "not answered yet"
 and the cells after it run. Every other cell is copied as is (check cells, hints), the badge points at the
 student copy, and outputs are never written. The student copies are committed; CI
@@ -77,12 +80,41 @@ def scaffold(body: str, task: str) -> list[str]:
     return out
 
 
+BLANK_RE = re.compile(r"^(?P<code>.*?)\s*#\s*blank:\s*(?P<why>.*)$")
+BLANK_FORMS = (re.compile(r"^(?P<keep>\s*[\w.\[\]\"']+\s*=\s*).+?(?P<end>,?)$"),  # name = value, field=value,
+               re.compile(r"^(?P<keep>\s*return\s+).+?(?P<end>)$"))                    # return value
+
+
+def blank_line(line: str, where: str) -> str:
+    """`gold = solution.split(...)  # blank: the number after ####` -> `gold = ...  # the number after ####`."""
+    m = BLANK_RE.match(line)
+    code, why = m.group("code"), m.group("why").strip()
+    for form in BLANK_FORMS:
+        f = form.match(code)
+        if f:
+            return f"{f.group('keep')}...{f.group('end')}" + (f"  # {why}" if why else "")
+    raise StudentNotebookError(f"{where}: '# blank:' goes on a line of the form `name = value`, `field=value,` or "
+                               f"`return value`; got {code.strip()!r}")
+
+
+def partial_scaffold(body: str, where: str) -> list[str] | None:
+    """The solution with its `# blank:` lines blanked, or None when it has none (then scaffold() is used)."""
+    lines = body.splitlines()
+    if not any(BLANK_RE.match(line) for line in lines):
+        return None
+    return [blank_line(line, where) if BLANK_RE.match(line) else line for line in lines]
+
+
 def strip_solution(source: str, where: str = "a cell") -> str:
     lines = source.splitlines()
     if MARKER not in [line.strip() for line in lines]:
         raise StudentNotebookError(f"{where}: a cell tagged 'solution' needs a '{MARKER}' line")
     cut = [line.strip() for line in lines].index(MARKER)
     label, task = task_of(source, where)
+    partial = partial_scaffold("\n".join(lines[cut + 1:]), where)
+    if partial is not None:
+        return "\n".join([*lines[:cut], "# Replace each ... with your code (the check cell says 'not answered yet' "
+                          "until you do; the cells after it run either way).", *partial])
     skeleton = scaffold("\n".join(lines[cut + 1:]), task)
     if not skeleton:  # nothing to keep a name for: the old placeholder
         return "\n".join([*lines[:cut], "# Your answer here: replace the next line with your code, then run the "

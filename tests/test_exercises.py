@@ -7,13 +7,17 @@ printed by .solution() must itself pass; hint() and solution() print something. 
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 import pytest
 
+from trl import GRPOConfig, GRPOTrainer
+
+from helpers import prompts
 from helpers.teaching import exercises as E
 from helpers.teaching.grpo_math import group_advantages
-from helpers.rewards import completion_text
+from helpers.rewards import answer_of, answers_match, completion_text
 
 # ------------------------------------------------------------------------------------------- answers
 
@@ -53,16 +57,95 @@ def pass_at_k_right(n, c, k):
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def gsm8k_right(record, worked_example=True):
+    gold = record["answer"].split("####")[-1].strip().replace(",", "")
+    return {"prompt": prompts.build_messages(record["question"], worked_example=worked_example), "answer": gold,
+            "question": record["question"]}
+
+
+def gsm8k_wrong(**change):
+    """gsm8k_right with one mistake: change maps a key to a function of (record, worked_example, right value)."""
+    def row(record, worked_example=True):
+        right = gsm8k_right(record, worked_example)
+        return {k: change[k](record, worked_example, v) if k in change else v for k, v in right.items()
+                if change.get(k, True) is not None}
+    return row
+
+
+def correctness_right(prompts=None, completions=None, answer=None, **kwargs):
+    return [2.0 if (p := answer_of(completion_text(c))) is not None and answers_match(p, g) else 0.0
+            for c, g in zip(completions, answer)]
+
+
+STRICT_TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+
+
+def strict_right(prompts=None, completions=None, **kwargs):
+    import re
+
+    layout = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)
+    texts = [completion_text(c).strip() for c in completions]
+    return [0.5 if all(t.count(tag) == 1 for tag in STRICT_TAGS) and layout.fullmatch(t) else 0.0 for t in texts]
+
+
+def config_right(p, runtime, output_dir, save_steps, precision=None, **change):
+    """05's make_config: the preset's fields and the card's precision (change: one field made wrong)."""
+    on_gpu = p.backend == "unsloth"
+    bf16_ok = on_gpu and runtime.bf16_supported
+    kwargs = dict(output_dir=output_dir, num_generations=p.num_generations,
+                  per_device_train_batch_size=p.per_device_train_batch_size,
+                  gradient_accumulation_steps=p.gradient_accumulation_steps,
+                  max_completion_length=p.max_completion_length, temperature=p.temperature,
+                  scale_rewards=p.scale_rewards, beta=p.beta, learning_rate=p.learning_rate,
+                  weight_decay=p.weight_decay, warmup_steps=p.warmup_steps, lr_scheduler_type=p.lr_scheduler_type,
+                  max_grad_norm=p.max_grad_norm, optim=p.optim, max_steps=p.max_steps,
+                  num_iterations=p.num_iterations, seed=p.seed,
+                  **(precision or dict(bf16=bf16_ok, fp16=on_gpu and not bf16_ok, use_cpu=not on_gpu)),
+                  use_vllm=on_gpu and p.fast_inference, gradient_checkpointing=p.gradient_checkpointing and not on_gpu,
+                  logging_steps=p.logging_steps, save_strategy="steps" if save_steps else "no",
+                  save_steps=save_steps or 500, report_to="none", log_completions=False, disable_tqdm=False,
+                  dataloader_num_workers=0)
+    for name, value in change.items():
+        if value is None:
+            kwargs.pop(name)
+        else:
+            kwargs[name] = value(p) if callable(value) else value
+    return GRPOConfig(**kwargs)
+
+
+def config_wrong(**change):
+    return lambda p, runtime, output_dir, save_steps: config_right(p, runtime, output_dir, save_steps, **change)
+
+
+def trainer_right(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
+    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=config,
+                       train_dataset=train_dataset, callbacks=callbacks)
+
+
+def trainer_swapped(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
+    return GRPOTrainer(model=tokenizer, processing_class=model, reward_funcs=reward_funcs, args=config,
+                       train_dataset=train_dataset, callbacks=callbacks)
+
+
+def trainer_positional(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
+    return GRPOTrainer(model, reward_funcs, config, train_dataset, callbacks=callbacks)  # no tokenizer
+
+
 RIGHT = {
     ("nb01", "q1"): right_wrong_right,
     ("nb02", "q1"): trainable_right,
-    ("nb03", "q1"): lambda steps, completions, g: steps * completions // g,
-    ("nb04", "q1"): brevity_right,
-    ("nb04", "q2"): advantages_right,
-    ("nb05", "q1"): lambda p, g: p ** g + (1 - p) ** g,
-    ("nb05", "q2"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
-    ("nb05", "q3"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
-    ("nb05", "q4"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
+    ("nb03", "q1"): gsm8k_right,
+    ("nb03", "q2"): lambda steps, completions, g: steps * completions // g,
+    ("nb04", "q1"): correctness_right,
+    ("nb04", "q2"): strict_right,
+    ("nb04", "q3"): brevity_right,
+    ("nb04", "q4"): advantages_right,
+    ("nb05", "q1"): config_right,
+    ("nb05", "q2"): lambda p, g: p ** g + (1 - p) ** g,
+    ("nb05", "q3"): trainer_right,
+    ("nb05", "q4"): {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb05", "q5"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
+    ("nb05", "q6"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
 }
@@ -97,58 +180,100 @@ WRONG = [
     ("nb02", "q1", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
      / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
     ("nb02", "q1", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
-    ("nb03", "q1", lambda steps, completions, g: steps * completions,
+    ("nb03", "q2", lambda steps, completions, g: steps * completions,
      ["max_steps=40, 8 completions per step, num_generations=4", "returned 320", "should be 80", "divide by"]),
-    ("nb03", "q1", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
-    ("nb03", "q1", lambda steps, completions, g: completions / g, ["returned 2.0", "max_steps steps"]),
-    ("nb03", "q1", lambda steps, completions, g: steps, ["num_generations=4", "returned 40", "should be 80"]),
-    ("nb03", "q1", lambda steps, completions, g: steps * completions // 8,
+    ("nb03", "q2", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
+    ("nb03", "q2", lambda steps, completions, g: completions / g, ["returned 2.0", "max_steps steps"]),
+    ("nb03", "q2", lambda steps, completions, g: steps, ["num_generations=4", "returned 40", "should be 80"]),
+    ("nb03", "q2", lambda steps, completions, g: steps * completions // 8,
      ["max_steps=40, 8 completions per step, num_generations=4", "should be 80"]),
-    ("nb03", "q1", 40, ["pass the function itself"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
+    ("nb03", "q2", 40, ["pass the function itself"]),
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
      ["gave 0.5", "101-word answer", "should be 0.0"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
      ["exactly 100 words", "gave 0.0", "should be 0.5"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
      [0.5 if len(str(c).split()) < 100 else 0.0 for c in completions], ["exactly 100 words", "should be 0.5"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
      [0.5 if len(c.split()) <= 100 else 0.0 for c in completions], ["conversational", "AttributeError"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
      0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0, ["10-word answer", "list"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, **kw:
+    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
      [0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0] * len(completions),
      ["batch of three", "[0.5, 0.0, 0.5]"]),
-    ("nb04", "q2", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
-    ("nb04", "q2", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
-    ("nb04", "q2", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
-    ("nb05", "q1", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
-    ("nb05", "q1", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
-    ("nb05", "q1", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
-    ("nb05", "q1", 0.5, ["pass the function itself"]),
-    ("nb05", "q2", {"A": "healthy", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb04", "q4", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
+    ("nb04", "q4", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
+    ("nb04", "q4", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
+    ("nb05", "q2", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
+    ("nb05", "q2", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
+    ("nb05", "q2", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
+    ("nb05", "q2", 0.5, ["pass the function itself"]),
+    ("nb05", "q4", {"A": "healthy", "B": "healthy", "C": "length cap", "D": "no learning signal"},
      ["run A", "'reward collapse'", "collapsed"]),
-    ("nb05", "q2", {"A": "reward collapse", "B": "healthy", "C": "no learning signal", "D": "no learning signal"},
+    ("nb05", "q4", {"A": "reward collapse", "B": "healthy", "C": "no learning signal", "D": "no learning signal"},
      ["run C", "'length cap'", "cut off"]),
-    ("nb05", "q2", {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "reward collapse"},
+    ("nb05", "q4", {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "reward collapse"},
      ["run D", "'no learning signal'", "frac_reward_zero_std = 1"]),
-    ("nb05", "q2", {"A": "reward collapse", "B": "length cap", "C": "length cap", "D": "no learning signal"},
+    ("nb05", "q4", {"A": "reward collapse", "B": "length cap", "C": "length cap", "D": "no learning signal"},
      ["run B", "'healthy'", "no warning"]),
-    ("nb05", "q2", {"A": "reward collapse"}, ["run B", "no diagnosis"]),
-    ("nb05", "q2", {"A": "overfitting", "B": "healthy", "C": "length cap", "D": "no learning signal"},
+    ("nb05", "q4", {"A": "reward collapse"}, ["run B", "no diagnosis"]),
+    ("nb05", "q4", {"A": "overfitting", "B": "healthy", "C": "length cap", "D": "no learning signal"},
      ["run A", "not one of the choices"]),
-    ("nb05", "q3", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
-    ("nb05", "q3", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
-    ("nb05", "q3", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
-    ("nb05", "q4", lambda lp, ref: ref - lp, ["logp=-0.5, ref_logp=-1.0", "plain log-ratio"]),
-    ("nb05", "q4", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
-    ("nb05", "q4", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
-    ("nb05", "q4", 0.0, ["pass the function itself"]),
+    ("nb05", "q5", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
+    ("nb05", "q5", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
+    ("nb05", "q5", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
+    ("nb05", "q6", lambda lp, ref: ref - lp, ["logp=-0.5, ref_logp=-1.0", "plain log-ratio"]),
+    ("nb05", "q6", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
+    ("nb05", "q6", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
+    ("nb05", "q6", 0.0, ["pass the function itself"]),
     ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
     ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
     ("nb07", "q1", 256, ["max_completion_length=256", "fits too"]),
     ("nb07", "q1", 4096, ["max_completion_length=4096", "does not fit"]),
     ("nb07", "q1", 700, ["multiple of 64"]),
+    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"].split("####")[-1].strip()),
+     ["edge row 0", "'5,000'", "strip the commas"]),
+    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"]), ["edge row 0", "worked solution"]),
+    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: int(v)), ["edge row 0", "keep it a string"]),
+    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: prompts.build_messages(r["question"])),
+     ["worked_example=False", "leave out", "4 messages"]),
+    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: r["question"]), ["one string", "build_messages"]),
+    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: v[1:]), ["no system message"]),
+    ("nb03", "q1", gsm8k_wrong(question=None), ["missing: question"]),
+    ("nb03", "q1", gsm8k_right({"question": "q", "answer": "#### 1"}), ["pass the function itself"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+     [2.0 if answer_of(completion_text(c)) == g else 0.0 for c, g in zip(completions, answer)],
+     ["differs from the kit's on", "a comma in the answer", "18.0 for 18", "answers_match"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+     [2.0 if (p := answer_of(c.strip())) is not None and answers_match(p, g) else 0.0
+      for c, g in zip(completions, answer)], ["chat-format completion", "AttributeError", "completion_text"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+     [2.0 if "12" in completion_text(c) else 0.0 for c, g in zip(completions, answer)],
+     ["differs from the kit's", "hedge", "two numbers"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+     [2.0 if (p := answer_of(completion_text(c))) is not None and answers_match(p, answer[0]) else 0.0
+      for c in completions], ["batch of three", "its own gold answer"]),
+    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw: 2.0, ["returned 2.0", "list"]),
+    ("nb04", "q2", lambda prompts=None, completions=None, **kw:
+     [strict_right(completions=[completion_text(c)])[0] if completion_text(c) == completion_text(c).strip() else 0.0
+      for c in completions], ["spaces around it", "strip the text"]),
+    ("nb04", "q2", lambda prompts=None, completions=None, **kw:
+     [0.5 if re.fullmatch(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", completion_text(c).strip(),
+                          re.DOTALL) else 0.0 for c in completions], ["second reasoning block", "exactly once"]),
+    ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=False, use_cpu=True)),
+     ["the t4 preset on a T4", "fp16 is False", "should be True", "Precision follows the card"]),
+    ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=True)),
+     ["the cpu preset", "use_cpu is False", "you left it out", "should be True"]),
+    ("nb05", "q1", config_wrong(per_device_train_batch_size=lambda p: p.per_device_train_batch_size // p.num_generations),
+     ["per_device_train_batch_size", "counts completions, not prompts"]),
+    ("nb05", "q1", config_wrong(beta=None), ["beta=0.04", "beta is 0.0", "you left it out", "reference model"]),
+    ("nb05", "q1", config_wrong(max_completion_length=256), ["max_completion_length is 256", "logits"]),
+    ("nb05", "q1", config_wrong(learning_rate=1e-3), ["learning_rate is 0.001"]),
+    ("nb05", "q1", lambda p, runtime, output_dir, save_steps: None, ["called GRPOConfig 0 times"]),
+    ("nb05", "q3", trainer_swapped, ["model= should be the LoRA model", "got tokenizer"]),
+    ("nb05", "q3", trainer_positional, ["processing_class= should be the tokenizer", "got None"]),
+    ("nb05", "q3", lambda *args: None, ["called GRPOTrainer 0 times"]),
 ]
 
 
@@ -222,12 +347,12 @@ def test_plot_runs_draws_four_panels():
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = E.nb05.q2.plot()
+    fig = E.nb05.q4.plot()
     assert len([ax for ax in fig.axes if ax.get_title().startswith("run ")]) == 4
 
 
 def test_advantage_checker_uses_trl_formula():
-    assert E.nb04.q2.check(lambda r: group_advantages(r)).passed
+    assert E.nb04.q4.check(lambda r: group_advantages(r)).passed
 
 
 def test_an_unanswered_exercise_says_not_answered_yet():

@@ -122,6 +122,35 @@ def test_generator_refuses_a_malformed_solution_cell():
     assert student.endswith("raise NotImplementedError('Student exercise: add one')")
 
 
+def test_partial_scaffold_blanks_only_the_marked_lines():
+    """A `# blank: <why>` line keeps its name and loses its value; the structure around it stays (Neuromatch-style)."""
+    gen = _generator()
+    student = gen.strip_solution(
+        '# Exercise 9.7: map a record\n# SOLUTION\ndef to_row(record, flag=True):\n    """Doc."""\n'
+        '    gold = record["a"].split("#")[-1]  # blank: the number after #\n    config = dict(\n        keep=1,\n'
+        '        size=record["n"] * 2,  # blank: twice n\n    )\n    return {"gold": gold}  # blank:\n')
+    assert 'def to_row(record, flag=True):\n    """Doc."""\n    gold = ...  # the number after #\n' in student
+    assert "        keep=1,\n        size=...,  # twice n\n    )\n    return ...\n" in student + "\n"
+    assert "split" not in student and "* 2" not in student and "Replace each ..." in student
+    with pytest.raises(gen.StudentNotebookError, match="name = value"):
+        gen.strip_solution("# Exercise 9.6: call\n# SOLUTION\nprint(1)  # blank: a call cannot be blanked")
+
+
+def test_partial_scaffold_blanks_count_as_not_answered(tmp_path):
+    """The check says 'not answered yet' (naming how many blanks are left) before running a function with `...`."""
+    import importlib.util
+
+    from helpers.teaching.exercises import nb03
+
+    blank = tmp_path / "blank_answer.py"  # a file, so inspect finds the source as it does for a notebook cell
+    blank.write_text('def gsm8k_to_row(record, worked_example=True):\n    gold = ...\n    return {"answer": ...}\n')
+    spec = importlib.util.spec_from_file_location("blank_answer", blank)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = nb03.q1.check(module.gsm8k_to_row)
+    assert not result.passed and "not answered yet: 2 blanks (`...`) left in gsm8k_to_row" in result.message
+
+
 def _prepared(path: Path, run_dir: Path):
     """The whole notebook, with CI's parameters injected after the parameters cell (as papermill does)."""
     nb = nbformat.read(path, as_version=4)

@@ -329,28 +329,31 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     return pipeline.run_all(preset, options, reward_funcs=reward_funcs)
 
 
+# Why each GRPOConfig setting that decides memory and learning has its value: 05's table and its config check.
+CONFIG_WHY = {
+    "num_generations": "completions per prompt: GRPO compares them, so more = better signal, more memory",
+    "per_device_train_batch_size": "counts completions, not prompts (TRL >= 0.18): prompts/step = this / num_generations",
+    "gradient_accumulation_steps": "more prompts per optimizer step without more memory",
+    "max_completion_length": "caps generation time and the logits tensor (batch x length x vocab)",
+    "learning_rate": "LoRA on the tiny CPU model: 2.5e-4 (5e-4 often collapsed); the 1.5B model on GPU uses 5e-6",
+    "num_iterations": "optimizer steps per sampled batch: 2 samples every other step (the CPU demo), 1 on GPU",
+    "beta": "0.0 = no KL term, so no reference model in memory (TRL's default since 0.19)",
+    "temperature": "sampling must vary, or every completion in a group scores the same",
+    "max_grad_norm": "clips the update: RL gradients are noisy",
+    "optim": "adamw_8bit on GPU keeps optimizer state small; bitsandbytes needs a GPU, so adamw_torch on CPU",
+    "bf16": "T4 (compute capability 7.5) has no bf16: must be False there",
+    "fp16": "the T4's half precision",
+    "use_cpu": "the CPU path: TRL would otherwise look for an accelerator",
+    "use_vllm": "GPU: generate with the vLLM engine Unsloth attached (weights shared); CPU: transformers generate",
+    "gradient_checkpointing": "off in TRL: Unsloth applies its own ('unsloth') on GPU, so it is not wrapped twice",
+    "max_steps": "how long to train",
+    "lr_scheduler_type": "constant on the short CPU demo; cosine with warmup on GPU",
+}
+
+
 def describe_config(kit, config) -> list[tuple[str, object, str]]:
     """(GRPOConfig field, value, why) for the settings that decide memory and learning; printed as a table."""
-    why = {
-        "num_generations": "completions per prompt: GRPO compares them, so more = better signal, more memory",
-        "per_device_train_batch_size": "counts completions, not prompts (TRL >= 0.18): prompts/step = this / num_generations",
-        "gradient_accumulation_steps": "more prompts per optimizer step without more memory",
-        "max_completion_length": "caps generation time and the logits tensor (batch x length x vocab)",
-        "learning_rate": "LoRA on the tiny CPU model: 2.5e-4 (5e-4 often collapsed); the 1.5B model on GPU uses 5e-6",
-        "num_iterations": "optimizer steps per sampled batch: 2 samples every other step (the CPU demo), 1 on GPU",
-        "beta": "0.0 = no KL term, so no reference model in memory (TRL's default since 0.19)",
-        "temperature": "sampling must vary, or every completion in a group scores the same",
-        "max_grad_norm": "clips the update: RL gradients are noisy",
-        "optim": "adamw_8bit on GPU keeps optimizer state small; bitsandbytes needs a GPU, so adamw_torch on CPU",
-        "bf16": "T4 (compute capability 7.5) has no bf16: must be False there",
-        "fp16": "the T4's half precision",
-        "use_cpu": "the CPU path: TRL would otherwise look for an accelerator",
-        "use_vllm": "GPU: generate with the vLLM engine Unsloth attached (weights shared); CPU: transformers generate",
-        "gradient_checkpointing": "off in TRL: Unsloth applies its own ('unsloth') on GPU, so it is not wrapped twice",
-        "max_steps": "how long to train",
-        "lr_scheduler_type": "constant on the short CPU demo; cosine with warmup on GPU",
-    }
-    rows = [(name, getattr(config, name, None), text) for name, text in why.items()]
+    rows = [(name, getattr(config, name, None), text) for name, text in CONFIG_WHY.items()]
     width = max(len(r[0]) for r in rows)
     for name, value, text in rows:
         print(f"{name:<{width}}  {str(value):<10}  {text}")

@@ -18,9 +18,12 @@ against known-wrong and known-right answers.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import random
 import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -72,20 +75,25 @@ class Exercise:
         self.qid, self.task, self._hint, self._solution, self._judge = qid, task, hint, solution, judge
         self.success = success
 
-    def check(self, answer=_MISSING) -> CheckResult:
+    def check(self, answer=_MISSING, **context) -> CheckResult:
+        """context: what a judge needs from the notebook besides the answer (e.g. the real records it also tries)."""
         if answer is _MISSING or answer is None or answer is Ellipsis:
             return self._not_answered()
+        blanks = blanks_left(answer)
+        if blanks:
+            return self._not_answered(f"{blanks} blank{'s' if blanks > 1 else ''} (`...`) left in "
+                                      f"{getattr(answer, '__name__', 'your answer')}. ")
         try:
-            self._judge(answer)
+            self._judge(answer, **context)
         except NotAnswered:
             return self._not_answered()
         except Fail as f:
             return CheckResult(False, f.message, f.case)
         return CheckResult(True, self.success or "every hidden case passed.")
 
-    def _not_answered(self) -> CheckResult:
-        return CheckResult(False, f"not answered yet: write your answer in the cell above, run it, then run this "
-                                  f"check again. The task: {self.task}")
+    def _not_answered(self, detail: str = "") -> CheckResult:
+        return CheckResult(False, f"not answered yet: {detail}write your answer in the cell above, run it, then run "
+                                  f"this check again. The task: {self.task}")
 
     def hint(self) -> None:
         print(f"Hint ({self.qid}): {self._hint}")
@@ -95,6 +103,44 @@ class Exercise:
 
     def __repr__(self) -> str:
         return f"<exercise {self.qid}: {self.task} - .check(answer), .hint(), .solution()>"
+
+
+def blanks_left(fn) -> int:
+    """How many `...` of a partial scaffold (scripts/make_student_notebooks.py) are still in a function's code: a
+    blank is not a wrong answer, and running it would only fail somewhere inside TRL."""
+    if not callable(fn):
+        return 0
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return 0
+    return sum(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree))
+
+
+class _Recorder:
+    """Stands in for a class the student's function calls (GRPOConfig, GRPOTrainer): records the arguments."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append(inspect.signature(self.real).bind_partial(*args, **kwargs).arguments)
+        return self.calls[-1]
+
+
+@contextmanager
+def _intercept(fn, name: str, real):
+    """While judging, `name` in the student's function's module is a _Recorder: the function's call to it is read,
+    not run (a T4's fp16=True config cannot be built on a CPU, and a trainer would load the model)."""
+    g = fn.__globals__
+    if g.get(name) is not real:
+        raise Fail("the answer", f"{fn.__name__} should call {name}(...) imported from trl (`from trl import {name}`)"
+                                 f"; {name} in its module is {g.get(name)!r}")
+    g[name] = recorder = _Recorder(real)
+    try:
+        yield recorder
+    finally:
+        g[name] = real
 
 
 def _close(a, b, tol=1e-3) -> bool:
@@ -252,8 +298,96 @@ def _judge_questions(fn):
         raise Fail(case, f"for {case} you returned {got!r}; it should be {want}: {why}.")
 
 
+# Rows with the edges the real split has (commas in thousands, negative numbers, stray spaces), next to the
+# shipped sample's real rows.
+GSM8K_EDGE_RECORDS = [
+    {"question": "A farm sells 1,250 eggs a day. How many does it sell in 4 days?",
+     "answer": "It sells 1,250 * 4 = <<1250*4=5000>>5,000 eggs.\n#### 5,000"},
+    {"question": "The temperature was 4 degrees and fell by 7. What is it now?",
+     "answer": "It is 4 - 7 = <<4-7=-3>>-3 degrees.\n#### -3"},
+    {"question": "Tom has 3 bags of 4 apples. How many apples?", "answer": "3 * 4 = <<3*4=12>>12\n####   12  "},
+]
+
+
+def _messages_diff(got, want, worked_example: bool) -> str:
+    """Why a prompt is not the kit's prompts.build_messages(question, worked_example)."""
+    if isinstance(got, str):
+        return ("the prompt is one string; TRL's conversational datasets take a list of chat messages "
+                "[{'role': 'system', ...}, ..., {'role': 'user', 'content': question}]: "
+                "prompts.build_messages(question, worked_example=...) builds it")
+    if not isinstance(got, list) or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in got):
+        return f"the prompt should be a list of {{'role', 'content'}} dicts, got {got!r:.120}"
+    if not got or got[0].get("role") != "system":
+        return ("there is no system message first: it carries the answer format (prompts.SYSTEM_PROMPT) the rewards "
+                "check")
+    if len(got) != len(want):
+        return (f"worked_example={worked_example} should {'include' if worked_example else 'leave out'} the solved "
+                f"example turn (a user question and the assistant's tagged answer): you have {len(got)} messages, "
+                f"the kit {len(want)}. Pass worked_example on to prompts.build_messages")
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return f"message {i} is {a!r:.100}; it should be {b!r:.100}"
+    return ""
+
+
+def _judge_gsm8k_row(fn, records=()):
+    from helpers.data import gsm8k_rows, gsm8k_sample
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: gsm8k_to_row, not gsm8k_to_row(record)")
+    cases = [(f"edge row {i} (gold line {r['answer'].split('####')[-1]!r})", r, True)
+             for i, r in enumerate(GSM8K_EDGE_RECORDS)]
+    cases += [(f"the shipped GSM8K {split} row {i}", r, i % 2 == 0)
+              for split in ("train", "test") for i, r in enumerate(gsm8k_sample(split))]
+    cases += [(f"row {i} of the records above", r, i % 2 == 1) for i, r in enumerate(records)]
+    for case, record, worked in cases:
+        case = f"{case}, worked_example={worked}"
+        got = call(case, fn, dict(record), worked_example=worked)
+        want = gsm8k_rows([record], worked_example=worked)[0]
+        if not isinstance(got, dict):
+            raise Fail(case, f"on {case} you returned {type(got).__name__} {got!r:.80}; return a dict "
+                             "{'prompt': [...], 'answer': '...', 'question': '...'}")
+        missing = [k for k in want if k not in got]
+        if missing:
+            raise Fail(case, f"on {case} your row has keys {sorted(got)}; it needs {sorted(want)} (missing: "
+                             f"{', '.join(missing)}). TRL reads 'prompt'; the rewards get 'answer' as a keyword.")
+        answer, gold = got["answer"], want["answer"]
+        if answer != gold:
+            why = f"the number after '####' is {gold!r}"
+            if not isinstance(answer, str):
+                why = (f"keep it a string ({gold!r}): a column holds one type, and a gold like '5,000' is text "
+                       "until commas are stripped")
+            elif "####" in answer or len(answer) > 3 * len(gold) + 10:
+                why = "that is (part of) the worked solution: the gold answer is only the number after '####'"
+            elif answer.replace(",", "") == gold:
+                why = "strip the commas: GSM8K writes 5,000 where the rewards compare the number 5000"
+            elif answer.strip() == gold:
+                why = "strip the spaces around the number"
+            raise Fail(case, f"on {case} your answer is {answer!r}; {why}.")
+        problem = _messages_diff(got["prompt"], want["prompt"], worked)
+        if problem:
+            raise Fail(case, f"on {case}: {problem}.")
+        if got["question"] != want["question"]:
+            raise Fail(case, f"on {case} 'question' is {got['question']!r:.80}; keep the record's question as is "
+                             "(evaluation and samples.jsonl show it).")
+
+
 nb03 = SimpleNamespace(q1=Exercise(
-    "q1", "write questions_per_run(max_steps, completions_per_step, num_generations) -> how many questions "
+    "q1", "write gsm8k_to_row(record, worked_example=True): one GSM8K record {'question', 'answer'} -> the kit's "
+          "row {'prompt': chat messages, 'answer': the gold number after '####' with commas stripped, 'question'}",
+    "the gold is record['answer'].split('####')[-1] with spaces and commas removed; the prompt is "
+    "prompts.build_messages(record['question'], worked_example=worked_example).",
+    """
+    from helpers import prompts
+
+    def gsm8k_to_row(record, worked_example=True):
+        gold = record["answer"].split("####")[-1].strip().replace(",", "")
+        messages = prompts.build_messages(record["question"], worked_example=worked_example)
+        return {"prompt": messages, "answer": gold, "question": record["question"]}
+    """,
+    _judge_gsm8k_row, "it builds the same rows as the kit's data.gsm8k_rows, the ones the t4 preset trains on."),
+    q2=Exercise(
+    "q2", "write questions_per_run(max_steps, completions_per_step, num_generations) -> how many questions "
           "(prompts) a GRPO run draws from the training set",
     "a step samples completions_per_step completions, num_generations of them for each question (its group).",
     """
@@ -265,6 +399,89 @@ nb03 = SimpleNamespace(q1=Exercise(
 
 
 # =========================================================================================== 04 rewards
+
+# (label, completion, gold, what it tests): the hand-written completions of the lesson's tables, the hacks, and the
+# cases a reward written in ten minutes gets wrong. The kit's reward is the truth on each.
+def reward_cases() -> list[tuple[str, object, str, str]]:
+    from helpers.teaching import reward_lab
+
+    perfect = reward_lab.HAND_WRITTEN["perfect"]
+    why = {"right, no tags": "no <answer> block, no answer: the format is part of the task",
+           "right, decorated": "compare answers as numbers (rewards.answers_match), not as strings",
+           "right, 12.0": "compare answers as numbers (rewards.answers_match): 12.0 is 12",
+           "answer tag only": "only the <answer> block is read, whatever else is missing",
+           "hedged answer": "an answer with two numbers is wrong even if one is right, or hedging pays",
+           "number dump": "an answer with several numbers is wrong, or listing numbers pays",
+           "repeated tags": "the last <answer> block is the answer",
+           "empty": "an empty completion scores 0"}
+    cases = [(label, text, reward_lab.GOLD, why.get(label, "this completion is in the lesson's tables"))
+             for label, text in {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}.items()]
+    return cases + [
+        ("a comma in the answer", "<reasoning>\n1000 in all.\n</reasoning>\n<answer>\n1,000\n</answer>", "1000",
+         "compare answers as numbers (rewards.answers_match): 1,000 is 1000"),
+        ("a dollar sign", "<reasoning>\nShe pays 18.\n</reasoning>\n<answer>\n$18\n</answer>", "18",
+         "compare answers as numbers (rewards.answers_match): $18 is 18"),
+        ("18.0 for 18", "<reasoning>\n9 * 2 = 18\n</reasoning>\n<answer>\n18.0\n</answer>", "18",
+         "compare answers as numbers (rewards.answers_match): 18.0 is 18"),
+        ("a hedge", "<reasoning>\nNot sure.\n</reasoning>\n<answer>\n11 or 12\n</answer>", "12",
+         "an answer with two numbers is wrong even if one is right, or hedging pays (rewards.answers_match)"),
+        ("two answer blocks, the last right", "<answer>7</answer> no, wait: <answer>12</answer>", "12",
+         "the last <answer> block is the answer (prompts.extract_answer, rewards.answer_of)"),
+        ("two answer blocks, the last wrong", "<answer>12</answer> no, wait: <answer>7</answer>", "12",
+         "the last <answer> block is the answer (prompts.extract_answer, rewards.answer_of)"),
+        ("a chat-format completion", [{"role": "assistant", "content": perfect}], reward_lab.GOLD,
+         "TRL passes chat datasets' completions as [{'role': 'assistant', 'content': ...}]: "
+         "rewards.completion_text(c) gives the text"),
+        ("a chat-format completion, wrong", [{"role": "assistant", "content": perfect.replace("12", "13")}],
+         reward_lab.GOLD, "TRL passes chat datasets' completions as [{'role': 'assistant', 'content': ...}]: "
+         "rewards.completion_text(c) gives the text"),
+        ("an empty completion", "", reward_lab.GOLD, "an empty completion scores 0"),
+        ("a None completion", None, reward_lab.GOLD, "a missing completion (None) scores 0, it must not crash the run"),
+        ("the perfect answer with spaces around it", f"  {perfect}\n\n", reward_lab.GOLD,
+         "surrounding whitespace does not change the layout (strip the text first)"),
+        ("the layout with a second reasoning block", perfect.replace("<answer>", "<reasoning>\nmore\n</reasoning>\n"
+                                                                     "<answer>"), reward_lab.GOLD,
+         "the strict layout has each tag exactly once"),
+    ]
+
+
+def _number(x) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) else repr(x)[:6]
+
+
+def _judge_reward_against(kit_reward, name: str):
+    """A judge comparing a student's reward with the kit's on reward_cases(): the first differences, as a table."""
+    def judge(fn):
+        if not callable(fn):
+            raise Fail("the answer", f"pass the reward function itself: {name}, not {name}(...)")
+        rows = []
+        for label, completion, gold, why in reward_cases():
+            try:
+                got = call(f"the completion '{label}'", fn, prompts=[None], completions=[completion], answer=[gold])
+            except Fail as f:
+                raise Fail(f.case, f"{f.message}. {why}" if why else f.message) from None
+            if not isinstance(got, (list, tuple)) or len(got) != 1:
+                raise Fail(label, f"on '{label}' your reward returned {got!r:.80}; a TRL reward returns a list with "
+                                  "one float per completion (here a list of length 1).")
+            want = kit_reward(prompts=[None], completions=[completion], answer=[gold])[0]
+            if not _close(got[0], want, 1e-9):
+                rows.append((label, got[0], want, why))
+        if rows:
+            table = "\n".join(f"  {label[:40]:<40} {_number(got):>6} {want:>6g}  {why}"
+                              for label, got, want, why in rows[:6])
+            raise Fail(rows[0][0], f"your {name} differs from the kit's on {len(rows)} of {len(reward_cases())} "
+                                   f"completions:\n  {'completion':<40} {'yours':>6} {'kit':>6}\n{table}")
+        batch = {label: (c, gold) for label, c, gold, _ in reward_cases()}
+        texts, golds = zip(*(batch[k] for k in ("perfect", "a comma in the answer", "a dollar sign")))  # 12, 1000, 18
+        got = call("a batch of three completions", fn, prompts=[None] * 3, completions=list(texts),
+                   answer=list(golds))
+        want = kit_reward(prompts=[None] * 3, completions=list(texts), answer=list(golds))
+        if not isinstance(got, (list, tuple)) or [float(g) for g in got] != want:
+            raise Fail("a batch of three completions", f"for a batch of three completions your reward returned "
+                       f"{got!r:.80}; it should be {want}: one score per completion, in order, each with its own "
+                       "gold answer (zip(completions, answer)).")
+    return judge
+
 
 MAX_WORDS = 100  # the limit of the brevity exercise
 BREVITY_SCORE = 0.5
@@ -332,9 +549,58 @@ def _judge_advantages(fn):
                          f"{[round(t, 4) for t in truth]}{why}.")
 
 
+def _kit_reward(name):
+    from helpers import rewards
+
+    return getattr(rewards, name)
+
+
 nb04 = SimpleNamespace(
     q1=Exercise(
-        "q1", f"write brevity_reward(prompts, completions, **kwargs): {BREVITY_SCORE} for a completion of at most "
+        "q1", "write my_correctness_reward(prompts, completions, answer, **kwargs): 2.0 when the last <answer> block "
+              "equals the gold answer as a number, else 0.0",
+        "for each (completion, gold) in zip(completions, answer): text = completion_text(completion); pred = "
+        "answer_from(text); score 2.0 if pred is not None and answers_match(pred, gold) else 0.0.",
+        """
+        from helpers.rewards import answers_match, completion_text
+        from helpers.rewards import answer_of as answer_from  # the kit's twin of the lesson's answer_from
+
+        def my_correctness_reward(prompts=None, completions=None, answer=None, **kwargs):
+            scores = []
+            for completion, gold in zip(completions, answer):
+                pred = answer_from(completion_text(completion))
+                score = 2.0 if pred is not None and answers_match(pred, gold) else 0.0
+                scores.append(score)
+            return scores
+        """,
+        lambda fn: _judge_reward_against(_kit_reward("correctness_reward"), "my_correctness_reward")(fn),
+        "it agrees with helpers.rewards.correctness_reward on every case, the tricky ones included."),
+    q2=Exercise(
+        "q2", "write my_strict_format_reward(prompts, completions, **kwargs): 0.5 for exactly the worked example's "
+              "layout (each tag once, each on its own line), else 0.0",
+        "strip the text; every tag of TAGS must appear exactly once (text.count(tag) == 1) and STRICT.fullmatch(text) "
+        "must match.",
+        r"""
+        import re
+
+        from helpers.rewards import completion_text
+
+        TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+        STRICT = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)
+
+        def my_strict_format_reward(prompts=None, completions=None, **kwargs):
+            scores = []
+            for completion in completions:
+                text = completion_text(completion).strip()
+                each_once = all(text.count(tag) == 1 for tag in TAGS)
+                layout = STRICT.fullmatch(text) is not None
+                scores.append(0.5 if each_once and layout else 0.0)
+            return scores
+        """,
+        lambda fn: _judge_reward_against(_kit_reward("strict_format_reward"), "my_strict_format_reward")(fn),
+        "it agrees with helpers.rewards.strict_format_reward on every case."),
+    q3=Exercise(
+        "q3", f"write brevity_reward(prompts, completions, **kwargs): {BREVITY_SCORE} for a completion of at most "
               f"{MAX_WORDS} words (split on whitespace), 0.0 for a longer one",
         "a TRL reward returns [one float per completion]; helpers.rewards.completion_text(c) turns a chat-format "
         "completion into text; len(text.split()) counts words.",
@@ -345,8 +611,8 @@ nb04 = SimpleNamespace(
             return [{BREVITY_SCORE} if len(completion_text(c).split()) <= {MAX_WORDS} else 0.0 for c in completions]
         """,
         _judge_brevity, "add it to a table with reward_lab.score_table(..., rewards=[brevity_reward]) to see it."),
-    q2=Exercise(
-        "q2", "write my_advantages(rewards) -> GRPO's group-relative advantage of each completion in ONE group "
+    q4=Exercise(
+        "q4", "write my_advantages(rewards) -> GRPO's group-relative advantage of each completion in ONE group "
               "(TRL's default scale_rewards='group')",
         "subtract the group mean, then divide by the group's SAMPLE standard deviation (n - 1 in the denominator) "
         "plus 1e-4.",
@@ -364,6 +630,82 @@ nb04 = SimpleNamespace(
 
 
 # =========================================================================================== 05 train
+
+# (what the case is, preset, runtime): the config must follow the card, not be written for the one it runs on.
+def config_cases():
+    from helpers.runtime import Runtime
+
+    t4 = Runtime(on_colab=True, gpu_name="Tesla T4", compute_capability=(7, 5), total_gpu_gb=15.0, has_unsloth=True,
+                 has_vllm=True)
+    a100 = Runtime(on_colab=True, gpu_name="NVIDIA A100-SXM4-40GB", compute_capability=(8, 0), total_gpu_gb=40.0,
+                   has_unsloth=True, has_vllm=True)
+    return [("the cpu preset with beta=0.04 on a CPU", get_preset("cpu").with_overrides(beta=0.04),
+             Runtime(on_colab=False), 5),
+            ("the t4 preset on a T4 (compute capability 7.5)", get_preset("t4"), t4, None),
+            ("the t4 preset on an A100 (compute capability 8.0)", get_preset("t4"), a100, 25)]
+
+
+def _field_why(name: str) -> str:
+    from helpers.teaching.course import CONFIG_WHY
+
+    return CONFIG_WHY.get(name, "see helpers.config.grpo_config_kwargs")
+
+
+def _judge_config(fn):
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from helpers.config import grpo_config_kwargs
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: make_config, not make_config(...) or a GRPOConfig")
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    for case, preset, runtime, save_steps in config_cases():
+        with _intercept(fn, "GRPOConfig", GRPOConfig) as rec:
+            call(case, fn, preset, runtime, "runs/check", save_steps)
+        if len(rec.calls) != 1:
+            raise Fail(case, f"for {case} make_config called GRPOConfig {len(rec.calls)} times; call it once and "
+                             "return what it gives")
+        got, want = rec.calls[0], grpo_config_kwargs(preset, runtime, "runs/check", save_steps=save_steps)
+        for name, value in want.items():
+            mine = got.get(name, defaults.get(name))
+            if name == "output_dir" or mine == value:
+                continue
+            why = _field_why(name)
+            if name == "per_device_train_batch_size" and mine == value // preset.num_generations:
+                why = "it counts completions, not prompts (TRL >= 0.18): prompts per step = this / num_generations"
+            elif name in ("bf16", "fp16", "use_cpu"):
+                why = (f"{why}. Precision follows the card: bf16 only from compute capability 8.0 (runtime."
+                       "bf16_supported), fp16 on an older GPU, use_cpu with no GPU")
+            left = "" if name in got else " (you left it out: GRPOConfig's default)"
+            raise Fail(case, f"for {case}, {name} is {mine!r}{left}; it should be {value!r}: {why}.")
+
+
+def _judge_trainer(fn):
+    from trl import GRPOTrainer
+
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: make_trainer, not make_trainer(...)")
+    names = ("model", "tokenizer", "reward_funcs", "config", "train_dataset", "callbacks")
+    given = {n: SimpleNamespace(name=n) for n in names}  # stand-ins: each argument must reach its parameter
+    where = {"model": "model", "processing_class": "tokenizer", "reward_funcs": "reward_funcs", "args": "config",
+             "train_dataset": "train_dataset", "callbacks": "callbacks"}
+    role = {"model": "the LoRA model (only the adapter trains)",
+            "processing_class": "the tokenizer (it tokenizes prompts and decodes completions)",
+            "reward_funcs": "the list of reward functions (summed into one reward per completion)",
+            "args": "the GRPOConfig", "train_dataset": "the rows with 'prompt' and 'answer'",
+            "callbacks": "the kit's callbacks (memory monitor, metrics.jsonl, checkpoints, dashboard)"}
+    with _intercept(fn, "GRPOTrainer", GRPOTrainer) as rec:
+        call("the trainer", fn, *given.values())
+    if len(rec.calls) != 1:
+        raise Fail("the trainer", f"make_trainer called GRPOTrainer {len(rec.calls)} times; call it once")
+    got = rec.calls[0]
+    for param, arg in where.items():
+        value = got.get(param)
+        if value is not given[arg]:
+            have = f"got {value.name}" if isinstance(value, SimpleNamespace) else f"got {value!r:.40}"
+            raise Fail(param, f"GRPOTrainer's {param}= should be {role[param]} (make_trainer's {arg}); it {have}.")
 
 ZERO_SPREAD_CASES = [(0.5, 2), (0.5, 4), (0.2, 8), (0.9, 8), (0.05, 16), (0.0, 4), (1.0, 6), (0.3, 1)]
 
@@ -535,7 +877,38 @@ def _judge_kl(fn):
 
 nb05 = SimpleNamespace(
     q1=Exercise(
-        "q1", "write zero_spread_chance(p, group_size): the chance that a group of G completions, each correct "
+        "q1", "fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig fields that decide GRPO and "
+              "memory (the group, the batch, the completion length, the precision for this card, beta, the "
+              "learning rate)",
+        "each blank is a field of the preset p (p.num_generations, ...), except precision: bf16 when the card supports "
+        "it (runtime.bf16_supported), else fp16 on a GPU, and use_cpu when there is no GPU (on_gpu is False).",
+        """
+        from trl import GRPOConfig
+
+        from helpers.config import GRPO_CONFIG_FIELDS
+
+        def make_config(p, runtime, output_dir, save_steps):
+            on_gpu = p.backend == "unsloth"
+            bf16_ok = on_gpu and runtime.bf16_supported
+            blanks = dict(
+                num_generations=p.num_generations,
+                per_device_train_batch_size=p.per_device_train_batch_size,
+                max_completion_length=p.max_completion_length,
+                beta=p.beta,
+                learning_rate=p.learning_rate,
+                bf16=bf16_ok,
+                fp16=on_gpu and not bf16_ok,
+                use_cpu=not on_gpu,
+            )
+            given = {name: getattr(p, name) for name in GRPO_CONFIG_FIELDS if name not in blanks}  # the rest
+            return GRPOConfig(output_dir=output_dir, **blanks, **given, use_vllm=on_gpu and p.fast_inference,
+                              gradient_checkpointing=p.gradient_checkpointing and not on_gpu,
+                              save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                              report_to="none", log_completions=False, disable_tqdm=False, dataloader_num_workers=0)
+        """,
+        _judge_config, "it builds the config helpers.train builds, on a CPU, a T4 and an A100."),
+    q2=Exercise(
+        "q2", "write zero_spread_chance(p, group_size): the chance that a group of G completions, each correct "
               "with probability p, has zero reward spread (all right or all wrong), so it teaches nothing",
         "a group ties when all G completions are right (p ** G) or all are wrong ((1 - p) ** G); the two cannot "
         "both happen (for G >= 1).",
@@ -546,8 +919,20 @@ nb05 = SimpleNamespace(
         _judge_zero_spread,
         "groups tie most when the model is almost always right or almost always wrong: that is when more "
         "generations (or a finer reward) pay."),
-    q2=Exercise(
-        "q2", "diagnose runs A-D (ex.q2.plot() draws them): for each, one of 'healthy', 'no learning signal', "
+    q3=Exercise(
+        "q3", "fill in make_trainer(...): GRPOTrainer's arguments",
+        "GRPOTrainer(model=..., processing_class=<the tokenizer>, reward_funcs=..., args=<the config>, "
+        "train_dataset=..., callbacks=...).",
+        """
+        from trl import GRPOTrainer
+
+        def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
+            return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=config,
+                               train_dataset=train_dataset, callbacks=callbacks)
+        """,
+        _judge_trainer, "this is the call helpers.run.pipeline.build_trainer makes."),
+    q4=Exercise(
+        "q4", "diagnose runs A-D (ex.q4.plot() draws them): for each, one of 'healthy', 'no learning signal', "
               "'length cap', 'reward collapse'",
         "no learning signal: every group tied (zero-spread = 1, reward flat); length cap: clipped ratio near 1; "
         "reward collapse: the reward rose, then fell far below its best.",
@@ -555,8 +940,8 @@ nb05 = SimpleNamespace(
         diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
         """,
         _judge_curves, "these are the three warnings the live dashboard prints while you train."),
-    q3=Exercise(
-        "q3", "write clipped_objective(ratio, advantage, epsilon=0.2): the per-token objective GRPO maximises "
+    q5=Exercise(
+        "q5", "write clipped_objective(ratio, advantage, epsilon=0.2): the per-token objective GRPO maximises "
               "(PPO's clipped surrogate): min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)",
         "clip(ratio, lo, hi) is max(lo, min(ratio, hi)); the min of the two terms means: never reward a move "
         "beyond the clip range, but always count a move in the wrong direction in full.",
@@ -566,8 +951,8 @@ nb05 = SimpleNamespace(
             return min(ratio * advantage, clipped * advantage)
         """,
         _judge_clipped, "TRL's loss is minus this, averaged over tokens as loss_type says (helpers.teaching.grpo_math)."),
-    q4=Exercise(
-        "q4", "write kl_penalty(logp, ref_logp): TRL's per-token KL estimate between the policy and the reference "
+    q6=Exercise(
+        "q6", "write kl_penalty(logp, ref_logp): TRL's per-token KL estimate between the policy and the reference "
               "model, exp(d) - d - 1 with d = ref_logp - logp; beta times it is added to each token's loss",
         "it is 0 when the two log-probabilities are equal and grows on both sides, faster when the policy gives a "
         "token much LESS probability than the reference did; use math.exp.",
@@ -581,8 +966,8 @@ nb05 = SimpleNamespace(
         _judge_kl, "beta trades reward for staying close to the starting model: 0 (TRL's default) lets the policy "
                    "drift for reward; 0.04 pulls it back, and costs a reference forward pass every step."),
 )
-nb05.q2.plot = plot_runs
-nb05.q2.runs = runs
+nb05.q4.plot = plot_runs
+nb05.q4.runs = runs
 
 
 # =========================================================================================== 06 evaluate
