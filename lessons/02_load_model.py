@@ -162,13 +162,19 @@ from helpers.teaching.exercises import nb02 as ex
 # %% [markdown]
 # **Exercise 2.1.** `print_trainable_parameters()` above reported how much of the model LoRA trains. Write
 # `trainable_fraction(model)` that computes it yourself: trainable parameters divided by all parameters (0..1).
+# Count as peft does on the T4, where the base weights are bitsandbytes 4-bit: such a weight is a `Params4bit`
+# holding two 4-bit values in each byte, so its `numel()` counts half of them (count it as `numel() * 2 *
+# element_size()`). The check includes such a model.
 
 # %% tags=["solution"]
 # Exercise 2.1: write trainable_fraction(model) returning the share of parameters that training updates
 # SOLUTION
 def trainable_fraction(model):
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    def count(p):  # bitsandbytes packs two 4-bit weights per byte: numel() of a Params4bit counts half
+        return p.numel() * 2 * p.element_size() if type(p).__name__ == "Params4bit" else p.numel()
+
+    total = sum(count(p) for p in model.parameters())
+    trainable = sum(count(p) for p in model.parameters() if p.requires_grad)
     return trainable / total if total else 0.0
 
 

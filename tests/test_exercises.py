@@ -37,6 +37,14 @@ def _pop_std_right_wrong(n_right, group_size):
 
 
 def trainable_right(model):
+    """peft's own count (PeftModel.get_nb_trainable_parameters reads only named_parameters: any module will do)."""
+    from peft import PeftModel
+
+    trainable, total = PeftModel.get_nb_trainable_parameters(model)
+    return trainable / total if total else 0.0
+
+
+def trainable_packed(model):  # numel() as it is: a 4-bit weight counted at half its size
     ps = list(model.parameters())
     total = sum(p.numel() for p in ps)
     return sum(p.numel() for p in ps if p.requires_grad) / total if total else 0.0
@@ -177,6 +185,7 @@ WRONG = [
      ["0 right of 4", "every completion scored the same"]),
     ("nb01", "q1", (1.5, -0.5), ["pass the function itself"]),
     ("nb02", "q1", lambda m: 1.0, ["10 trainable of 120", "0.0833"]),
+    ("nb02", "q1", trainable_packed, ["4-bit model", "0.0909", "packs two 4-bit weights", "element_size"]),
     ("nb02", "q1", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
      / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
     ("nb02", "q1", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),

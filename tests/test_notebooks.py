@@ -294,12 +294,13 @@ def test_03_data_runs(out_dir, shared_run_dir):
     # real GSM8K rows on a CPU: the kit's sample when the Hub is out of reach (CI), the split when it is not
     assert re.search(r"GSM8K train: 40 (real rows shipped with the kit \(helpers/fixtures/gsm8k/train\.jsonl\), not the "
                      r"whole split: \S|rows of the real split)", text)
-    assert "#### 72" in text and "gold answer (parse_gsm8k_answer): 72" in text and "Natalia sold clips" in text
+    assert "#### 72" in text and "gold answer: 72" in text and "Natalia sold clips" in text
+    assert "Correct! it builds the same rows as the kit's data.gsm8k_rows" in text, "exercise 3.1: the GSM8K mapping"
     assert re.search(r"GSM8K prompts \(40\): min \d+, median \d+, max \d+; \d+ over the t4 limit 256", text)
     assert re.search(r"max_prompt_length=256: kept \d+, dropped \d+", text)
     assert re.search(r"\(the median\): kept \d+, dropped [1-9]\d*", text), "the tight limit drops something"
     assert _has_image(nb), "the prompt-length histogram"
-    assert "Correct!" in text and re.search(r"-> \d+ questions of the \d+ in the training set", text), "exercise 3.1"
+    assert "Correct!" in text and re.search(r"-> \d+ questions of the \d+ in the training set", text), "exercise 3.2"
 
 
 @pytest.mark.slow
@@ -311,6 +312,8 @@ def test_04_rewards_runs(out_dir, shared_run_dir):
     assert "NAIVE rewards" in text and "repeated tags" in text
     assert "best hack under the kit's rewards" in text
     assert text.count("agrees on all") == 5 and "DIFFERS" not in text  # the rewards written in cells = the kit's
+    assert "Correct! it agrees with helpers.rewards.correctness_reward" in text, "exercise 4.1"
+    assert "Correct! it agrees with helpers.rewards.strict_format_reward" in text, "exercise 4.2"
     assert "saved 1 reward function(s)" in text and (shared_run_dir / "my_rewards.py").is_file()
 
 
@@ -337,8 +340,9 @@ def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
     assert f"checkpoint-{TINY['MAX_STEPS']}" in checkpoints, f"05 must leave a resumable checkpoint ({checkpoints})"
     assert (shared_run_dir / "trainer" / f"checkpoint-{TINY['MAX_STEPS']}" / "trainer_state.json").is_file()
     text = _text(nb)
-    assert "Correct!" in text, "the exercise solution before training passes its check"
-    assert "of groups of" in text and "have no spread" in text  # exercise 5.1 on this preset's num_generations
+    assert "Correct! it builds the config helpers.train builds" in text, "exercise 5.1: the GRPOConfig"
+    assert "Correct! this is the call helpers.run.pipeline.build_trainer makes" in text, "exercise 5.3: the trainer"
+    assert "of groups of" in text and "have no spread" in text  # exercise 5.2 on this preset's num_generations
 
 
 PASS_K_SAMPLES = 2  # 06's sampled answers per question in CI

@@ -179,8 +179,9 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
     Block(25, "04_rewards", CPU, RUN, does=(
         "Students open **04** in a second tab (a CPU runtime, its own short install) and run it top to bottom: the "
         "five rewards, the playground, the hacking table, GRPO's advantages with the sliders (discussion question 1). "
-        "Exercise 4.1 saves their `brevity_reward` to `my_rewards.py` in the run folder on Drive: 05 trains with it. "
-        "Exercise 4.2 if time allows.")),
+        "Exercises 4.1 and 4.2: they write the correctness and strict-format rewards. Exercise 4.3 saves their "
+        "`brevity_reward` to `my_rewards.py` in the run folder on Drive: 05 trains with it. Exercise 4.4 if time "
+        "allows.")),
     Block(5, "05_train", T4, RUN, parameters=_05_CLASS, cpu=_05_CPU, does=(
         "Back to the 05 tab: check that the parameters cell still says `MAX_STEPS = 60` and `EVAL_SIZE = 50`, then "
         "**Runtime > Run all**. The setup cell installs nothing now; step 1 prints `your rewards from "
@@ -231,10 +232,11 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "process memory; what the untrained model answers; exercise 2.1.")),
     Block(20, "03_data", CPU, RUN, does=(
         "03: the columns, the answer format, why a worked example helps a small model, prompt lengths and "
-        "`filter_long_prompts`; exercise 3.1.")),
+        "`filter_long_prompts`; exercise 3.1 (they write the GSM8K mapping) and 3.2.")),
     Block(30, "04_rewards", CPU, RUN, does=(
         "04: the rewards, the playground, reward hacking, the advantage sliders (discussion questions 1 and 3); "
-        "exercise 4.1 saves `brevity_reward` to the run folder on Drive for 05; exercise 4.2.")),
+        "exercises 4.1 and 4.2 (they write the correctness and strict-format rewards); exercise 4.3 saves "
+        "`brevity_reward` to the run folder on Drive for 05; exercise 4.4.")),
     Block(5, "05_train", T4, RUN, parameters=_05_HALF_DAY, cpu=_05_CPU, does=(
         "Back to 05: check `MAX_STEPS = 150` and `EVAL_SIZE = 100`, then **Runtime > Run all** before the break. "
         "It trains with the students' own reward.")),

@@ -254,7 +254,7 @@ def load_rewards(run_dir) -> list:
     if not path.is_file():
         where = "on Google Drive" if sharing.on_drive(path) else "on this runtime's disk"
         print(f"[grpo-kit] no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
-              f"yours: run 04 to its exercise 4.1 with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
+              f"yours: run 04 to its exercise 4.3 with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
               "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
               "then run this cell again.")
         return []

@@ -233,10 +233,18 @@ def _tiny_models():
     c = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))  # 20 + 20, none trainable
     for p in c.parameters():
         p.requires_grad_(False)
+    class Params4bit(torch.nn.Parameter):
+        """bitsandbytes' 4-bit weight as peft sees it: two 4-bit values packed in each uint8 element."""
+
+    d = torch.nn.Module()
+    d.frozen = Params4bit(torch.zeros(50, dtype=torch.uint8), requires_grad=False)  # 100 packed 4-bit weights
+    d.lora = torch.nn.Linear(10, 1, bias=False)  # 10 trainable
     return [("a Linear(10, 10) with every parameter trainable (110 of 110)", a, 1.0),
             ("a model with 10 trainable of 120 parameters (a frozen Linear(10, 10) + a trainable Linear(10, 1))", b,
              10 / 120),
-            ("a fully frozen model (0 of 40 trainable)", c, 0.0)]
+            ("a fully frozen model (0 of 40 trainable)", c, 0.0),
+            ("a 4-bit model as on the T4: 100 frozen 4-bit weights packed in 50 bytes (a Params4bit) + 10 trainable",
+             d, 10 / 110)]
 
 
 def _judge_trainable_fraction(fn):
@@ -246,7 +254,11 @@ def _judge_trainable_fraction(fn):
         got = call(case, fn, model)
         if not _close(got, truth, 1e-6):
             extra = ""
-            if truth and _close(got, 10 / 110, 1e-6):
+            if "4-bit" in case and _close(got, 10 / 60, 1e-6):
+                extra = (" (bitsandbytes packs two 4-bit weights in each byte, so numel() of a Params4bit counts "
+                         "half of them: count it as numel() * 2 * element_size(), as peft's print_trainable_parameters "
+                         "does)")
+            elif truth and _close(got, 10 / 110, 1e-6):
                 extra = " (trainable / FROZEN is not the fraction: divide by all parameters, trainable included)"
             raise Fail(case, f"for {case} you returned {got!r}; it should be {truth:.4f}{extra}.")
 
@@ -256,8 +268,11 @@ nb02 = SimpleNamespace(q1=Exercise(
     "model.parameters() yields tensors; p.numel() counts a tensor's values and p.requires_grad says if it trains.",
     """
     def trainable_fraction(model):
-        total = sum(p.numel() for p in model.parameters())
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        def count(p):  # bitsandbytes packs two 4-bit weights per byte: numel() of a Params4bit counts half
+            return p.numel() * 2 * p.element_size() if type(p).__name__ == "Params4bit" else p.numel()
+
+        total = sum(count(p) for p in model.parameters())
+        trainable = sum(count(p) for p in model.parameters() if p.requires_grad)
         return trainable / total if total else 0.0
     """,
     _judge_trainable_fraction, "LoRA trains a small fraction of the model; print trainable_fraction(model) to see it."))
