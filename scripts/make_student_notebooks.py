@@ -13,7 +13,9 @@ docstring kept with a body that raises
 and each top-level `name = ...` kept as a blank (`...`), plus a comment saying where to write the answer. A
 solution can instead keep its structure and blank only the lines that teach (a Neuromatch-style partial scaffold):
 a line ending in `# blank: <why>` keeps its code up to the value, which becomes `...` (`name = ...`, `field=...,`,
-`return ...`), and `<why>` stays as its comment; every other line is copied. So
+`return ...`), and `<why>` stays as its comment; every other line is copied. A
+solution that is a whole script, written by a `%%writefile PATH` cell (the capstone, 09), keeps its magic line and
+exercise line and gets the script's skeleton instead (capstone_skeleton: its header, then one TODO per step). So
 every name stays defined and "Run all" on a blank copy reaches the end: each check cell says "not answered yet"
 and the cells after it run. Every other cell is copied as is (check cells, hints), the badge points at the
 student copy, and outputs are never written. The student copies are committed; CI
@@ -37,6 +39,7 @@ SOURCE = REPO / "notebooks"
 PATTERN = "0[1-9]_*.ipynb"
 MARKER = "# SOLUTION"
 TASK_RE = re.compile(r"^#\s*Exercise\s+([\w.]+):\s*(.+?)\s*$", re.M)
+STEP_RE = re.compile(r"^# (\d+)\. (.+)$")
 STUDENT_NOTE = ("> **Student version.** Exercise cells keep the names and signatures, with blanks for you to fill; "
                 "run the check cell after each one (it says \"not answered yet\" until you do). \"Run all\" reaches "
                 "the end either way. Instructors: the solutions are in `notebooks/`.\n\n")
@@ -105,12 +108,27 @@ def partial_scaffold(body: str, where: str) -> list[str] | None:
     return [blank_line(line, where) if BLANK_RE.match(line) else line for line in lines]
 
 
+def capstone_skeleton(script: str, where: str = "a script") -> str:
+    """A whole script's student copy: its header (docstring, imports, the --max-steps/--output-dir contract: all
+    above its first step comment `# 1. ...`) kept, then each numbered step comment as a TODO, in order. The checker
+    (helpers.capstone) reads the TODOs left without a GRPOTrainer call as "not answered yet"."""
+    lines = script.splitlines()
+    steps = [i for i, line in enumerate(lines) if STEP_RE.match(line)]
+    if not steps:
+        raise StudentNotebookError(f"{where}: a %%writefile solution needs step comments '# 1. <what>', '# 2. ...'")
+    todos = [STEP_RE.sub(r"# TODO \1. \2", lines[i]) for i in steps]
+    return "\n".join([*lines[:steps[0]], "# Write each step's code under its TODO, in order; run this cell (it writes "
+                      "the file), then the check cell.", *[line for todo in todos for line in (todo, "")]]).rstrip()
+
+
 def strip_solution(source: str, where: str = "a cell") -> str:
     lines = source.splitlines()
     if MARKER not in [line.strip() for line in lines]:
         raise StudentNotebookError(f"{where}: a cell tagged 'solution' needs a '{MARKER}' line")
     cut = [line.strip() for line in lines].index(MARKER)
     label, task = task_of(source, where)
+    if lines[0].startswith("%%writefile "):  # the cell writes a script: the magic and the task stay, then its skeleton
+        return "\n".join([*lines[:cut], capstone_skeleton("\n".join(lines[cut + 1:]), where)])
     partial = partial_scaffold("\n".join(lines[cut + 1:]), where)
     if partial is not None:
         return "\n".join([*lines[:cut], "# Replace each ... with your code (the check cell says 'not answered yet' "

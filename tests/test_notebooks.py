@@ -432,3 +432,16 @@ def test_06_on_a_cpu_runtime_with_the_t4_run_in_run_dir(out_dir, tmp_path):
     local = tmp_path / "course-cpu"
     assert json.loads((local / "summary.json").read_text())["steps"] == 2, "the tiny CPU run, in its own folder"
     _check_eval_outputs(local / "exports", exported=True)
+
+
+@pytest.mark.slow
+def test_09_capstone_writes_the_script_and_its_check_passes(out_dir, tmp_path):
+    """The real path of helpers.capstone, once in the suite: the notebook writes the reference train_grpo.py (equal
+    to capstone/solution/, tests/test_capstone.py) and its check cell trains it for 2 GRPO steps with TRL 1.15."""
+    nb = _execute("09_capstone", out_dir, RUN_DIR=str(tmp_path / "run"), CAPSTONE_DIR=str(tmp_path / "capstone"))
+    assert (tmp_path / "capstone" / "train_grpo.py").is_file()
+    check = next(c for c in nb.cells if c.cell_type == "code" and "capstone.check(" in c.source)
+    text = _text(nbformat.v4.new_notebook(cells=[check]))
+    assert text.startswith("Passed: TRL's GRPOTrainer trained 2 steps"), text
+    assert "correctness_reward, format_reward" in text
+

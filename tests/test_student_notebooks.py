@@ -10,6 +10,7 @@ exercise.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -56,7 +57,9 @@ def test_student_copy_has_no_solutions(path):
             solution_body = a.source.split("# SOLUTION", 1)[1].strip()
             assert solution_body and solution_body not in b.source
             blank = "raise NotImplementedError(" in b.source and "Student exercise: " in b.source
-            assert blank or "= ...  # your answer here" in b.source
+            script = b.source.startswith("%%writefile ") and "# TODO 1. " in b.source  # 09: a script's skeleton
+            partial = "# Replace each ... with your code" in b.source and re.search(r"=\s*\.\.\.,?\s+#", b.source)
+            assert blank or script or partial or "= ...  # your answer here" in b.source
             assert "exercise" in b.metadata.get("tags", []) and "solution" not in b.metadata.get("tags", [])
         elif a.cell_type == "code":
             assert a.source == b.source
@@ -151,6 +154,27 @@ def test_partial_scaffold_blanks_count_as_not_answered(tmp_path):
     assert not result.passed and "not answered yet: 2 blanks (`...`) left in gsm8k_to_row" in result.message
 
 
+def test_a_writefile_solution_becomes_the_script_skeleton():
+    """09's exercise writes a whole script: the student copy keeps the magic line and the task, then the script's
+    header (imports, the --max-steps/--output-dir contract) and one TODO per step, in order; no solution code."""
+    gen = _generator()
+    solution = ("%%writefile {SCRIPT}\n# Exercise 9.1: write it\n# SOLUTION\nimport argparse\n\nap = "
+                "argparse.ArgumentParser()\nargs = ap.parse_args()\n\n# 1. The dataset\ndata = [1]\n\n# 2. The "
+                "trainer\ntrainer = GRPOTrainer(data)\ntrainer.train()")
+    student = gen.strip_solution(solution)
+    assert student.startswith("%%writefile {SCRIPT}\n# Exercise 9.1: write it\nimport argparse\n\nap = argparse")
+    assert "args = ap.parse_args()" in student and "# TODO 1. The dataset" in student
+    assert student.index("# TODO 1.") < student.index("# TODO 2. The trainer")
+    assert "data = [1]" not in student and "GRPOTrainer(" not in student and "# SOLUTION" not in student
+    with pytest.raises(gen.StudentNotebookError, match="step comments"):
+        gen.strip_solution("%%writefile x.py\n# Exercise 9.2: t\n# SOLUTION\nimport argparse\n")
+    nb = nbformat.read(STUDENT_DIR / "09_capstone.ipynb", as_version=4)
+    [cell] = [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    assert cell.source.splitlines()[0] == "%%writefile {SCRIPT}" and "--max-steps" in cell.source
+    assert [line.split(".")[0] for line in cell.source.splitlines() if line.startswith("# TODO")] == [
+        f"# TODO {n}" for n in range(1, 7)]
+
+
 def _prepared(path: Path, run_dir: Path):
     """The whole notebook, with CI's parameters injected after the parameters cell (as papermill does)."""
     nb = nbformat.read(path, as_version=4)
@@ -159,6 +183,8 @@ def _prepared(path: Path, run_dir: Path):
         values = {**TINY, "RUN_DIR": str(run_dir)}
         if "PASS_K_SAMPLES" in nb.cells[params].source:
             values["PASS_K_SAMPLES"] = 2  # as tests/test_notebooks.py runs 06
+        if "CAPSTONE_DIR" in nb.cells[params].source:
+            values["CAPSTONE_DIR"] = str(run_dir / "capstone")  # 09 writes its skeleton there, not into the kit
         injected = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in values.items()))
         nb.cells.insert(params + 1, injected)
     return nb

@@ -1,0 +1,198 @@
+# %% [markdown]
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/grpo-course-kit/grpo-course-kit/blob/main/notebooks/09_capstone.ipynb)
+#
+# # 09 · Capstone: your own `train_grpo.py`
+#
+# 01-06 showed every call a GRPO project is made of; 05 ran them inside the kit's pipeline. Now write them yourself, in one script of about 50 lines, from a blank file to a saved LoRA adapter, without `helpers.train`, and check it the way an instructor would: the checker runs your script for 2 GRPO steps and says "Passed" or what to fix.
+#
+# ## Learning objectives
+#
+# - Write a whole GRPO run: dataset -> model + LoRA -> rewards -> `GRPOConfig` -> `GRPOTrainer` -> `train()` -> saved adapter.
+# - Write reward functions with TRL's contract, with partial credit so a group's scores differ.
+# - Know what "it trained" means: TRL logged a reward at every step and the adapter's LoRA B matrices left zero.
+# - Check a script from a notebook cell (`capstone.check`) or a terminal (`python -m helpers.capstone`).
+#
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model, about 45 s on a 2-core CPU (measured, 2026-11-25).
+#
+# Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
+
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; CI runs tiny values). None means "the preset's own value".
+PRESET = None                 # None: "t4" when a GPU is visible, else "cpu" (the embedded SmolLM2-135M)
+LESSON = "09_capstone"        # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
+USE_DRIVE = False             # Colab: keep the whole run folder (adapter included) on Google Drive
+MAX_STEPS = None              # GRPO steps (cpu preset: {{cpu.max_steps}}, t4 preset: {{t4.max_steps}})
+EVAL_SIZE = None              # held-out questions for evaluation (cpu: {{cpu.eval_size}}, t4: {{t4.eval_size}})
+RUN_DIR = "runs/course"       # relative to the kit's folder (this lesson writes no run there)
+CAPSTONE_DIR = "runs/capstone"  # relative to the kit's folder: where the next cells write and check train_grpo.py
+NUM_GENERATIONS = None        # completions per prompt
+BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATIONS)
+MAX_COMPLETION_LENGTH = None  # tokens per completion during training
+EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
+
+# %%
+# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
+import glob, os, subprocess, sys, zipfile
+from pathlib import Path
+def kit_dirs():
+    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
+        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
+if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
+    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
+    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
+ROOT = kit_dirs()[0]
+if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
+from helpers import notebook_setup as setup
+setup.install_if_colab(ROOT, lesson=LESSON)
+kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
+                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
+                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+
+# %% [markdown]
+# ## The task
+#
+# One script, `train_grpo.py`, that a terminal runs as `python train_grpo.py --max-steps N --output-dir DIR`:
+#
+# 1. **the dataset**: a `prompt` column (chat messages) and the columns your rewards read (`answer`):
+#    `helpers.data.synthetic_dataset(500, "train")` on a CPU (03), `helpers.data.load_gsm8k("train")` on a GPU;
+# 2. **the model and its LoRA adapter**: on a CPU `helpers.model.prepare_embedded_model()` is the SmolLM2-135M folder
+#    for `AutoModelForCausalLM.from_pretrained`, then peft's `get_peft_model(model, LoraConfig(...))`; on a GPU
+#    `FastLanguageModel.from_pretrained(...)` and `FastLanguageModel.get_peft_model(...)` (02);
+# 3. **the rewards**, your own functions with TRL's contract `f(prompts, completions, answer, **kwargs) -> list[float]`
+#    (04): a correctness reward and a format reward with partial credit;
+# 4. **`GRPOConfig(...)`** (05): `max_steps=args.max_steps`, `logging_steps=1`; on a CPU `use_cpu=True, bf16=False`,
+#    on a T4 `fp16=True, bf16=False`;
+# 5. **`GRPOTrainer(model=..., processing_class=..., reward_funcs=[...], args=..., train_dataset=...)`** and
+#    `trainer.train()`; on a CPU call `helpers.run.trl_patches.patch_trl_for_cpu()` first (TRL's log-prob kernel needs
+#    Triton, which CPU PyTorch lacks);
+# 6. **the adapter**: `model.save_pretrained(f"{args.output_dir}/adapter")`.
+#
+# From the kit you may import only the data (`helpers.data`, `helpers.prompts`), the model's folder (`helpers.model`)
+# and the CPU patch (`helpers.run.trl_patches`, `helpers.cpu_compat`); the checker refuses the rest of `helpers/`
+# (the pipeline, the kit's rewards), naming the import and what to write instead.
+#
+# **Where the file lives.** The exercise cell below *is* the file's source: running it writes `train_grpo.py` into
+# `CAPSTONE_DIR` (`runs/capstone/` in the kit's folder, a folder of its own), replacing what was there. Edit the cell,
+# not the file, or the next run of the cell overwrites your edits. The next cell says if a file is already there.
+
+# %%
+from pathlib import Path
+
+from helpers import capstone
+
+SCRIPT = Path(ROOT) / CAPSTONE_DIR / "train_grpo.py"
+SCRIPT.parent.mkdir(parents=True, exist_ok=True)
+print(f"the exercise cell writes {SCRIPT}" + (" (a file is there now: the cell replaces it)" if SCRIPT.exists() else ""))
+
+# %% tags=["solution"]
+# %%writefile {SCRIPT}
+# Exercise 9.1: write train_grpo.py: dataset -> model + LoRA -> your rewards -> GRPOConfig -> GRPOTrainer -> train -> save the adapter
+# SOLUTION
+"""GRPO from scratch: dataset -> model + LoRA -> rewards -> GRPOConfig -> GRPOTrainer -> train -> saved adapter.
+On a CPU the embedded SmolLM2-135M with peft; on a GPU with the T4 lab's stack, Qwen2.5-1.5B in 4 bits with Unsloth.
+Check it (capstone/README.md): python -m helpers.capstone train_grpo.py"""
+import argparse
+import importlib.util
+import re
+
+import torch
+
+GPU = torch.cuda.is_available() and importlib.util.find_spec("unsloth") is not None  # the T4 stack
+if GPU:
+    from unsloth import FastLanguageModel  # before TRL: Unsloth patches TRL when it is imported
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from helpers.data import load_gsm8k, synthetic_dataset
+from helpers.model import prepare_embedded_model
+from helpers.run.trl_patches import patch_trl_for_cpu
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--max-steps", type=int, default=40)
+ap.add_argument("--output-dir", default="runs/capstone")
+args = ap.parse_args()
+
+# 1. The dataset (helpers.data: synthetic_dataset on a CPU, load_gsm8k on a GPU): prompt (chat messages), answer
+dataset = load_gsm8k("train") if GPU else synthetic_dataset(500, "train", seed=0)
+
+# 2. The model and its LoRA adapter: peft's get_peft_model on a CPU (the folder: prepare_embedded_model()),
+#    FastLanguageModel.from_pretrained + get_peft_model on a GPU. LoRA B starts at zero: training must change it
+LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+if GPU:
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Qwen2.5-1.5B-Instruct",
+                                                         max_seq_length=768, load_in_4bit=True)
+    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, target_modules=LAYERS,
+                                             use_gradient_checkpointing="unsloth", random_state=0)
+else:
+    tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
+    model = AutoModelForCausalLM.from_pretrained(prepare_embedded_model(), dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=LAYERS, task_type="CAUSAL_LM"))
+
+
+# 3. The rewards, TRL's contract: f(prompts, completions, answer, **kwargs) -> one float per completion
+def correctness_reward(prompts, completions, answer, **kwargs):
+    found = [re.search(r"<answer>\s*([-\d.,]+)\s*</answer>", c[0]["content"]) for c in completions]
+    return [2.0 if m and m.group(1).replace(",", "") == str(a) else 0.0 for m, a in zip(found, answer)]
+
+
+def format_reward(completions, **kwargs):  # partial credit per tag: a group's scores differ, so it learns
+    tags = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
+    return [sum(0.125 for t in tags if c[0]["content"].count(t) == 1) for c in completions]
+
+
+# 4. The training settings: GRPOConfig(max_steps=args.max_steps, logging_steps=1, ...), use_cpu on a CPU, fp16 on a T4
+config = GRPOConfig(output_dir=args.output_dir, max_steps=args.max_steps, logging_steps=1, report_to="none",
+                    learning_rate=5e-6 if GPU else 5e-4, num_generations=4, per_device_train_batch_size=4,
+                    max_completion_length=256 if GPU else 64, beta=0.0, save_strategy="no",
+                    use_cpu=not GPU, bf16=False, fp16=GPU, gradient_checkpointing=False)  # fp16: a T4 has no bf16
+
+# 5. The trainer: patch_trl_for_cpu() on a CPU, then GRPOTrainer(...) and trainer.train()
+if not GPU:
+    patch_trl_for_cpu()  # TRL's log-prob kernel needs Triton, which CPU PyTorch lacks
+trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[correctness_reward, format_reward],
+                      args=config, train_dataset=dataset)
+trainer.train()
+
+# 6. The adapter: model.save_pretrained(f"{args.output_dir}/adapter")
+model.save_pretrained(f"{args.output_dir}/adapter")
+tokenizer.save_pretrained(f"{args.output_dir}/adapter")
+
+# %%
+# The check: runs the script for 2 GRPO steps in a temporary folder (about 45 s on a 2-core CPU) and says "Passed" or what to fix
+capstone.check(SCRIPT)
+
+# %% [markdown]
+# ## What the check checks
+#
+# `capstone.check` reads the script first (fast: no model loads): it refuses a skeleton with its TODOs left, a syntax
+# error, an import of the kit's pipeline, a script that never uses `GRPOTrainer`. Then it runs it as
+# `python train_grpo.py --max-steps 2 --output-dir <a temporary folder>` and passes only if TRL's `GRPOTrainer` was
+# built and `train()` ran 2 steps, TRL logged a reward on each, and the saved adapter's LoRA B matrices are no
+# longer all zero. Each failure says what to do; TRL's missing-Triton error becomes "call `patch_trl_for_cpu()`".
+#
+# The same check from a terminal in the kit's folder, or a Colab cell (the `!` runs a shell command), exits 0 when
+# it passes:
+#
+# ```bash
+# python -m helpers.capstone runs/capstone/train_grpo.py
+# ```
+#
+# Train for real with the script's defaults (40 steps on a CPU: about 7 minutes on 2 cores), then evaluate the
+# adapter with `python -m helpers.evaluate` (06):
+#
+# ```bash
+# python runs/capstone/train_grpo.py --output-dir runs/my-grpo
+# ```
+
+# %% [markdown]
+# ## Recap
+#
+# - A GRPO run is six pieces: dataset, model + LoRA, rewards, `GRPOConfig`, `GRPOTrainer` + `train()`, the adapter.
+# - A reward that gives every completion of a group the same score teaches nothing: partial credit gives the group a spread.
+# - "It trained" is checkable: a reward logged at every step, LoRA B matrices that left zero.
+#
+# ## Exercises
+#
+# 1. Add a third reward (e.g. brevity, as in 04's exercise) and check again: its name appears in the "Passed" line.
+# 2. Train 40 steps with the script's defaults and compare the reward per step in `trainer_state.json` with 05's curve.
