@@ -20,8 +20,10 @@ factorials, letters or commas). See docs/rewards.md for the rules with examples.
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
+import operator
 import re
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -464,6 +466,58 @@ def _tag_count(text: str) -> float:
         trailing = len(text[last_end + len(ANSWER_END) :].strip())
         score -= min(TRAILING_PENALTY_CAP, TRAILING_PENALTY_PER_CHAR * trailing)
     return score
+
+
+# The five rewards above check the answer and the layout, never the reasoning: '<answer>12</answer>' alone scores
+# 2.75 of 4, and junk inside perfect tags with the right answer the full 4.0. shown_work_reward (not in
+# DEFAULT_REWARDS; 04 shows it) pays for one verifiable piece of the reasoning: a calculation whose result is the
+# answer. It cannot check the steps before it, so it narrows the gap, it does not close it ("0 + 12 = 12" passes).
+SHOWN_WORK_SCORE = 0.5
+_REASONING_RE = re.compile(re.escape(REASONING_START) + r"(.*?)" + re.escape(REASONING_END), re.DOTALL)
+_CALCULATION_RE = re.compile(r"(?P<lhs>[0-9.,()+\-*/x\u00d7\u00f7 ]{0,80}[0-9)])\s*=\s*\$?(?P<rhs>-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _arithmetic(expression: str) -> float | None:
+    """The value of a plain arithmetic expression with at least one operator ("3 x 4", "1,000 + 250"), else None."""
+    text = expression.replace(",", "").replace("\u00d7", "*").replace("x", "*").replace("\u00f7", "/").strip()
+    text = text.lstrip("*/+ ")  # "box 3 x 4" leaves "x 3 x 4": the x of a word, not an operator
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](value(node.left), value(node.right))
+        raise ValueError("not plain arithmetic")
+
+    try:
+        return value(tree) if isinstance(tree, ast.BinOp) else None
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def _shown_work(text: str, gold) -> float:
+    """SHOWN_WORK_SCORE when the last reasoning block holds a right calculation whose result is the gold answer."""
+    blocks = _REASONING_RE.findall(text[-MAX_SCAN_CHARS:])
+    if not blocks or gold is None:
+        return 0.0
+    for m in _CALCULATION_RE.finditer(blocks[-1]):
+        lhs, rhs = _arithmetic(m.group("lhs")), parse_number(m.group("rhs"))
+        if lhs is not None and rhs is not None and math.isclose(lhs, rhs, rel_tol=1e-9, abs_tol=1e-9) \
+                and answers_match(m.group("rhs"), gold):
+            return SHOWN_WORK_SCORE
+    return 0.0
+
+
+def shown_work_reward(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+    """0.5 when the reasoning shows a calculation that is right and ends at the gold answer ("3 * 4 = 12")."""
+    return _score_each(completions, _shown_work, _golds(answer, len(_as_list(completions))))
 
 
 def correctness_reward(prompts=None, completions=None, answer=None, **kwargs) -> list[float]:

@@ -262,6 +262,27 @@ print(f"best hack under the kit's rewards: {best_hack}, honest formatted: {kit_s
 assert kit_scores["honest, formatted"]["total"] > best_hack
 
 # %% [markdown]
+# ## What the rewards do not check: the reasoning
+#
+# The five rewards read the answer and the layout. Nothing reads the reasoning: `<answer>12</answer>` alone scores
+# 2.75 of 4, and junk inside perfect tags with the right answer scores the full 4.0. GRPO teaches what the rewards
+# pay for, so nothing here keeps the reasoning block from turning into filler; correctness pays for reasoning only
+# indirectly (a model that works the sum out is right more often). One piece of reasoning can be checked:
+# `helpers.rewards.shown_work_reward` pays 0.5 when the reasoning holds a calculation that is right and ends at the
+# answer (`3 * 4 = 12`). It narrows the gap; it does not close it (`0 + 12 = 12` passes). It is not among the five
+# defaults (the kit's measured runs train without it); to train with it, add it to `reward_funcs` in 05.
+
+# %%
+no_reasoning = {"answer tag only": reward_lab.HAND_WRITTEN["answer tag only"],
+                "junk in perfect tags": "<reasoning>\nblah blah\n</reasoning>\n<answer>\n12\n</answer>",
+                "perfect": reward_lab.HAND_WRITTEN["perfect"],
+                "a gamed calculation": "<reasoning>\n0 + 12 = 12\n</reasoning>\n<answer>\n12\n</answer>"}
+with_fix = reward_lab.score_table(no_reasoning, rewards=[*rewards.DEFAULT_REWARDS, rewards.shown_work_reward])
+reward_lab.print_table(with_fix)
+print(f"\nthe five rewards: answer tag only {with_fix['answer tag only']['total'] - with_fix['answer tag only']['shown_work_reward']:g}"
+      f" of 4, junk in perfect tags {with_fix['junk in perfect tags']['total'] - with_fix['junk in perfect tags']['shown_work_reward']:g} of 4")
+
+# %% [markdown]
 # ## GRPO in plain words: from rewards to advantages
 #
 # GRPO never asks "is this answer good?" in absolute terms. For each question it samples a **group** of
@@ -313,6 +334,27 @@ widget
 # The same computation without the widget (what the sliders call): all equal -> no signal.
 print(grpo_math.format_table(widget.set_rewards([2.0, 2.0, 2.0, 2.0])))
 print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
+
+# %% [markdown]
+# **Predict, then run (exercise 4.5).** Take the group above, rewards `[4.0, 0.0, 2.0, 0.0]`, and add 1 to every
+# reward. What happens to the advantages, and so to the update? Answer with one letter, then run the cell after it:
+#
+# - **a**: every advantage rises by 1: every completion is pushed up a little more
+# - **b**: every advantage rises by 1 / (the group's std): the same, scaled
+# - **c**: nothing changes
+# - **d**: the advantages shrink, because the mean grew
+
+# %% tags=["solution"]
+# Exercise 4.5: predict what adding 1 to every reward of a group does to its advantages: "a", "b", "c" or "d"
+# SOLUTION
+prediction = "c"
+
+# %%
+result = ex.q5.check(prediction)
+before, after = grpo_math.group_advantages([4.0, 0.0, 2.0, 0.0]), grpo_math.group_advantages([5.0, 1.0, 3.0, 1.0])
+print("advantages of [4, 0, 2, 0]:", [round(a, 3) for a in before])
+print("advantages of [5, 1, 3, 1]:", [round(a, 3) for a in after])
+result
 
 # %% [markdown]
 # ## More exercises with self-checks

@@ -263,8 +263,8 @@ result
 # ## Step 4: train, watch, resume
 #
 # `trainer.train()` runs the steps. While it trains, the cell shows a **live dashboard** that redraws in place at every step
-# (`helpers.run.dashboard`): reward per function, spread, zero-spread groups, completion length and clipping, KL (when
-# `beta > 0`), memory, the latest sampled completions with their rewards, and a warning in plain words when
+# (`helpers.run.dashboard`): reward per function, spread, zero-spread groups, advantages, completion length and
+# clipping, entropy, KL (when `beta > 0`), memory, the latest sampled completions with their rewards, and a warning in plain words when
 # something goes wrong (no learning signal, answers cut off at the length cap, a collapsing reward).
 #
 # **Checkpoints.** Every `SAVE_STEPS` steps the adapter, optimizer, scheduler and random state are saved; the last
@@ -301,9 +301,17 @@ print("interrupted? run the notebook again from the top with the same RUN_DIR: i
 #
 # - **Reward per function**: correctness should rise; format rewards usually rise first. Expect a total near zero
 #   for the first steps on the CPU demo: the small model rarely uses the tags yet.
-# - **Reward spread**: `reward_std` is the spread of rewards within a group; `frac_reward_zero_std` is the share of
-#   groups where every completion scored the same. Those groups give **zero gradient**. Lots of them = wasted steps
-#   (more generations, a worked example or a finer reward help).
+# - **Reward spread**: `reward_std` is the spread of the step's rewards (TRL takes it over the whole batch: within
+#   the one group on the CPU preset, across groups on the t4); `frac_reward_zero_std` is the share of groups where
+#   every completion scored the same. Those groups give **zero gradient**. Lots of them = wasted steps (more
+#   generations, a worked example or a finer reward help).
+# - **Advantages**: the push each completion gets (04). `advantages/abs_mean` is its mean size, `advantages/nonzero`
+#   the share of completions that are pushed at all (the kit logs both from TRL's own store of the latest batch's
+#   advantages, `helpers.run.metrics.AdvantageStats`). With `scale_rewards="group"` a group with any spread pushes
+#   with advantages of size about 1, however small its reward differences were.
+# - **Entropy**: how spread out the policy's next-token choices are, in nats per sampled token. When it falls near
+#   0 every completion in a group is the same, the spread goes with it, and learning stops; the kit's earlier CPU
+#   recipe did exactly that (docs/performance.md).
 # - **Completion length**: collapsing length can be reward hacking; length at the cap (clipped ratio) means answers
 #   are cut off.
 # - **Memory**: `memory/*` from the run's logs (GPU memory, or the process RAM on CPU), else the RSS sampled here.

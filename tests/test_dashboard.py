@@ -184,3 +184,38 @@ def test_installed_trl_keeps_completions_where_the_dashboard_reads_them():
     guard = score_src.rfind("if self.log_completions", 0, fill)
     assert guard == -1, "TRL now fills _logs only when log_completions=True: set it in grpo_config_kwargs"
     assert "reward_weights" in inspect.getsource(GRPOTrainer.__init__)
+
+
+def test_advantage_stats_adds_the_latest_batchs_spread_to_a_sampling_steps_log():
+    """AdvantageStats reads TRL's own store of the latest advantages (self._logs["advantages"]) and adds their mean
+    |A| and nonzero share to the log of a step that sampled (one with "reward"), before MetricsRecorder writes it."""
+    from types import SimpleNamespace
+
+    from helpers.run.metrics import AdvantageStats
+
+    cb = AdvantageStats()
+    logs = {"reward": 1.0}
+    cb.on_log(None, None, None, logs=logs)
+    assert logs == {"reward": 1.0}, "no trainer attached yet: nothing added"
+    cb.trainer = SimpleNamespace(_logs={"advantages": deque([1.5, -0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])})
+    cb.on_log(None, None, None, logs=logs)
+    assert logs["advantages/abs_mean"] == pytest.approx(3.0 / 8) and logs["advantages/nonzero"] == 0.5
+    repeat = {"loss": 0.1}  # the second optimizer step on the same batch (num_iterations=2) logs no reward
+    cb.on_log(None, None, None, logs=repeat)
+    assert repeat == {"loss": 0.1}
+
+
+def test_installed_trl_keeps_the_advantages_where_advantage_stats_reads_them():
+    from trl import GRPOTrainer
+
+    assert '"advantages": deque' in inspect.getsource(GRPOTrainer.__init__)
+    assert 'self._logs["advantages"].extend' in inspect.getsource(GRPOTrainer._generate_and_score_completions)
+
+
+def test_plot_dashboard_draws_entropy_and_advantages(tmp_path):
+    r = rows(reward=[0.1, 0.2], entropy=[1.6, 1.2], advantages__abs_mean=[0.7, 0.6], advantages__nonzero=[1.0, 0.5])
+    fig = db.plot_dashboard(r)
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    assert list(titles["policy entropy (nats per token)"].lines[0].get_ydata()) == [1.6, 1.2]
+    assert [list(line.get_ydata()) for line in titles["advantages: the push per completion"].lines] == [[0.7, 0.6],
+                                                                                                      [1.0, 0.5]]

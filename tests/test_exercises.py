@@ -148,6 +148,7 @@ RIGHT = {
     ("nb04", "q2"): strict_right,
     ("nb04", "q3"): brevity_right,
     ("nb04", "q4"): advantages_right,
+    ("nb04", "q5"): "c",
     ("nb05", "q1"): config_right,
     ("nb05", "q2"): lambda p, g: p ** g + (1 - p) ** g,
     ("nb05", "q3"): trainer_right,
@@ -270,6 +271,10 @@ WRONG = [
     ("nb04", "q2", lambda prompts=None, completions=None, **kw:
      [0.5 if re.fullmatch(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", completion_text(c).strip(),
                           re.DOTALL) else 0.0 for c in completions], ["second reasoning block", "exactly once"]),
+    ("nb04", "q5", "a", ["not 'a'", "MINUS the group's mean"]),
+    ("nb04", "q5", "b", ["not 'b'", "std is unchanged"]),
+    ("nb04", "q5", "d", ["not 'd'", "reward - mean is unchanged"]),
+    ("nb04", "q5", "e", ["one letter"]),
     ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=False, use_cpu=True)),
      ["the t4 preset on a T4", "fp16 is False", "should be True", "Precision follows the card"]),
     ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=True)),
@@ -320,7 +325,7 @@ def test_no_answer_says_what_to_do(key):
     assert not result.passed and "not answered yet" in result.message and result.case is None
 
 
-VALUE_ANSWERS = ("diagnoses", "largest_completion_length")
+VALUE_ANSWERS = ("diagnoses", "largest_completion_length", "prediction")
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")

@@ -442,3 +442,39 @@ def test_long_inputs_are_fast():
         start = time.perf_counter()
         fn(None, [GOOD + one_mb], answer=["12"])
         assert time.perf_counter() - start < 0.1, fn.__name__
+
+
+# ------------------------------------------------------------------------------------------ shown work (04's fix)
+
+SHOWN_WORK_CASES = [  # (completion, gold, score): a right calculation ending at the answer pays; nothing else does
+    ("<reasoning>\n3 bags times 4 apples is 3 * 4 = 12.\n</reasoning>\n<answer>\n12\n</answer>", "12", 0.5),
+    ("<reasoning>\nthe box holds 3 x 4 = 12 apples\n</reasoning>\n<answer>12</answer>", "12", 0.5),
+    ("<reasoning>1,000 + 250 = 1,250</reasoning><answer>1250</answer>", "1250", 0.5),
+    ("<reasoning>\n48 / 2 = 24, 48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>", "72", 0.5),
+    ("<answer>12</answer>", "12", 0.0),  # the answer tag alone: 2.75 of 4 on the five rewards, 0 here
+    ("<reasoning>\nblah\n</reasoning>\n<answer>\n12\n</answer>", "12", 0.0),  # junk in perfect tags
+    ("<reasoning>\n3 * 4 = 13\n</reasoning>\n<answer>\n13\n</answer>", "13", 0.0),  # wrong arithmetic
+    ("<reasoning>\n3 * 4 = 12\n</reasoning>\n<answer>\n13\n</answer>", "13", 0.0),  # right arithmetic, not the answer
+    ("<reasoning>\n12 = 12\n</reasoning>\n<answer>12</answer>", "12", 0.0),  # no operator: not a calculation
+    ("The answer is 3 * 4 = 12.", "12", 0.0),  # no reasoning block
+    ("<reasoning>\n0 + 12 = 12\n</reasoning>\n<answer>12</answer>", "12", 0.5),  # the documented limit: still gamed
+    (None, "12", 0.0), ("", "12", 0.0),
+]
+
+
+@pytest.mark.parametrize("completion,gold,score", SHOWN_WORK_CASES)
+def test_shown_work_reward_pays_for_a_right_calculation_that_ends_at_the_answer(completion, gold, score):
+    from helpers.rewards import shown_work_reward
+
+    assert shown_work_reward(prompts=[None], completions=[completion], answer=[gold]) == [score]
+
+
+def test_shown_work_reward_stays_fast_on_long_digit_runs():
+    import time
+
+    from helpers.rewards import shown_work_reward
+
+    start = time.perf_counter()
+    shown_work_reward(completions=["<reasoning>" + "1 " * 9000 + "</reasoning><answer>1</answer>",
+                                   "<reasoning>" + "1*" * 5000 + "1 = 1</reasoning><answer>1</answer>"], answer=["1"] * 2)
+    assert time.perf_counter() - start < 2.0

@@ -223,8 +223,8 @@ def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training", rs
         matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    (ax_r, ax_s, ax_z), (ax_l, ax_k, ax_m) = axes
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.5))
+    (ax_r, ax_s, ax_z, ax_a), (ax_l, ax_e, ax_k, ax_m) = axes
     s, v = _series(rows, "reward")
     ax_r.plot(s, v, "o-", color="black", label="total")
     for key in sorted({k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean")}):
@@ -232,10 +232,22 @@ def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training", rs
     ax_r.set_title("reward (mean per step)")
     ax_r.legend(fontsize=7, loc="best")
     ax_s.plot(*_series(rows, "reward_std"), "o-", color="tab:blue")
-    ax_s.set_title("reward spread within groups (reward_std)")
+    ax_s.set_title("reward spread in the batch (reward_std)")
     ax_z.plot(*_series(rows, "frac_reward_zero_std"), "o-", color="tab:red")
     ax_z.set_ylim(-0.05, 1.05)
     ax_z.set_title("groups with zero spread (no signal)")
+    a_steps, a_values = _series(rows, "advantages/abs_mean")  # helpers.run.metrics.AdvantageStats
+    if a_steps:
+        ax_a.plot(a_steps, a_values, "o-", color="tab:brown", label="mean |advantage|")
+        ax_a.plot(*_series(rows, "advantages/nonzero"), "x--", color="tab:gray", label="share nonzero")
+        ax_a.legend(fontsize=7)
+    else:
+        ax_a.text(0.5, 0.5, "no advantages/* logged\n(a run without the kit's callbacks)", ha="center", va="center")
+        ax_a.set_xticks([]), ax_a.set_yticks([])
+    ax_a.set_title("advantages: the push per completion")
+    e_steps, e_values = _series(rows, "entropy")
+    ax_e.plot(e_steps, e_values, "o-", color="tab:cyan")
+    ax_e.set_title("policy entropy (nats per token)")
     ax_l.plot(*_series(rows, "completions/mean_length"), "o-", color="tab:green", label="mean length")
     ax_l.set_title("completion length (tokens)")
     ax_c = ax_l.twinx()
@@ -257,7 +269,7 @@ def plot_dashboard(rows: list[dict], path=None, title: str = "GRPO training", rs
     ax_m.set_title("GPU memory (GB)" if "memory/rss_gb" not in mem_keys else "process memory, RAM (GB)")
     if mem_keys:
         ax_m.legend(fontsize=7)
-    for ax in (ax_l, ax_k, ax_m):
+    for ax in (ax_l, ax_e, ax_k, ax_m):
         ax.set_xlabel("step")
     if not mem_keys and rss_samples:
         ax_m.plot([t for t, _ in rss_samples], [gb for _, gb in rss_samples], color="tab:purple")

@@ -37,6 +37,24 @@ class MetricsRecorder(TrainerCallback):
             f.write(json.dumps(row) + "\n")
 
 
+class AdvantageStats(TrainerCallback):
+    """Add the spread of the latest sampled batch's advantages to the logs of a step that sampled, before
+    MetricsRecorder writes them: `advantages/abs_mean` (how hard the step pushes) and `advantages/nonzero` (the share
+    of completions that push at all). TRL keeps the advantages (trainer._logs["advantages"], for its completion
+    tables) but logs no statistic of them. `trainer` is attached by helpers.run.pipeline.prepare_trainer."""
+
+    def __init__(self):
+        self.trainer = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "reward" not in logs or self.trainer is None:
+            return  # only a step that sampled has fresh advantages
+        values = [float(a) for a in getattr(self.trainer, "_logs", {}).get("advantages", ()) if math.isfinite(a)]
+        if values:
+            logs["advantages/abs_mean"] = sum(abs(a) for a in values) / len(values)
+            logs["advantages/nonzero"] = sum(abs(a) > 1e-6 for a in values) / len(values)
+
+
 def read_metrics(path) -> list[dict]:
     path = Path(path)
     if not path.is_file():

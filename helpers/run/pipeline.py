@@ -41,7 +41,7 @@ from helpers.run.distributed import (ProcessInfo, on_main_then_share, process_in
 from helpers.run.folder import RunFolder, checkpoints_inside, default_run_dir, plan_run_folder, write_config
 from helpers.run import guard
 from helpers.run.options import DASHBOARD_MODES, RunOptions
-from helpers.run.metrics import MetricsRecorder, plot_rewards, read_metrics
+from helpers.run.metrics import AdvantageStats, MetricsRecorder, plot_rewards, read_metrics
 from helpers.run.step_timing import summarize_step_times
 from helpers.run.trl_patches import install_trainer_patches
 from helpers.sharing import save_adapter
@@ -214,8 +214,9 @@ def check_config(state: RunState, config) -> None:
 
 def kit_callbacks(state: RunState) -> list:
     """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard."""
-    # The monitor adds memory/* to the logs, so it must come before the recorder that writes them.
-    callbacks = [MemoryMonitor(), MetricsRecorder(state.run_dir / "metrics.jsonl")] + rank_marker_callbacks()
+    # The monitor and AdvantageStats add memory/* and advantages/* to the logs: before the recorder that writes them.
+    callbacks = [MemoryMonitor(), AdvantageStats(), MetricsRecorder(state.run_dir / "metrics.jsonl")] + \
+        rank_marker_callbacks()
     if state.save_steps and state.dist.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
         callbacks.append(KeepLastCheckpoints(state.folder.checkpoint_dir, state.options.keep))
     if state.options.dashboard != "off" and state.dist.is_main:
@@ -244,10 +245,10 @@ def build_trainer(state: RunState, train_dataset):
 
 
 def prepare_trainer(trainer, preset: Preset | None = None) -> None:
-    """Before trainer.train(): the dashboard (a TRL callback) gets the trainer, so it can show the latest sampled
+    """Before trainer.train(): the dashboard and AdvantageStats (TRL callbacks) get the trainer, so they can read the latest sampled
     completions; the kit's patches go in (helpers.run.trl_patches: the CPU speed-ups, the step timer)."""
     for callback in trainer.callback_handler.callbacks:
-        if isinstance(callback, TrainingDashboard) and callback.trainer is None:
+        if isinstance(callback, (TrainingDashboard, AdvantageStats)) and callback.trainer is None:
             callback.trainer = trainer
     install_trainer_patches(trainer, preset)
 

@@ -564,6 +564,26 @@ def _judge_advantages(fn):
                          f"{[round(t, 4) for t in truth]}{why}.")
 
 
+SHIFT_CHOICES = {
+    "a": "the mean rises by 1 too, and the advantage is the reward MINUS the group's mean: the +1 cancels",
+    "b": "the std is the spread around the mean, and adding 1 to every reward does not spread them: the +1 cancels "
+         "in the difference and the std is unchanged",
+    "c": "",
+    "d": "the mean grew by 1, but so did every reward: reward - mean is unchanged",
+}
+
+
+def _judge_shift(answer):
+    choice = str(answer).strip().lower()[:1] if isinstance(answer, str) else None
+    if choice not in SHIFT_CHOICES:
+        raise Fail("the answer", f"answer with one letter: 'a', 'b', 'c' or 'd' (you gave {answer!r})")
+    before = group_advantages([4.0, 0.0, 2.0, 0.0])
+    after = group_advantages([5.0, 1.0, 3.0, 1.0])
+    truth = "c" if all(abs(x - y) < 1e-9 for x, y in zip(before, after)) else "a"
+    if choice != truth:
+        raise Fail(f"choice {choice}", f"not {choice!r}: {SHIFT_CHOICES[choice]}. Run the next cell to see it.")
+
+
 def _kit_reward(name):
     from helpers import rewards
 
@@ -641,6 +661,14 @@ nb04 = SimpleNamespace(
             return [(r - mean) / (std + 1e-4) for r in rewards]
         """,
         _judge_advantages, "it matches helpers.teaching.grpo_math.group_advantages, which matches TRL 1.15."),
+    q5=Exercise(
+        "q5", "predict what adding 1 to every reward of a group does to its advantages: 'a', 'b', 'c' or 'd'",
+        "the advantage is (reward - the group's mean) / the group's std: what does +1 do to each of the three?",
+        """
+        prediction = "c"  # only differences within a group count: the mean moves with the rewards, the std does not
+        """,
+        _judge_shift, "only differences within a group count: the reward's level is invisible to GRPO, only its "
+                      "ranking and spread within the group matter."),
 )
 
 
