@@ -214,7 +214,6 @@ result
 # %%
 from trl import GRPOConfig
 
-from helpers.teaching.grpo_step import trl_loss
 
 epsilon = GRPOConfig.epsilon  # TRL's default clip range, 0.2
 if result.passed:
@@ -229,7 +228,7 @@ torch.nn.utils.clip_grad_norm_(params, p.max_grad_norm)
 optimizer.step()
 optimizer.zero_grad()
 print(f"loss ({whose}): {loss.item():+.6f}; TRL's _compute_loss on the same batch: "
-      f"{float(trl_loss(logps.detach(), logp_old, advantages, mask)):+.6f}")
+      f"{float(grpo_math.trl_loss(logps.detach(), logp_old, advantages, mask)):+.6f}")
 
 # %% [markdown]
 # ## 6. What the step did
@@ -253,7 +252,7 @@ print(f"\nevery completion with a positive advantage rose and every one with a n
 ours = float(loss_fn(logp_new, logp_old, advantages, mask, epsilon=epsilon))
 ratio = torch.exp(logp_new - logp_old)[mask.bool()]
 print(f"loss after the step ({whose}): {ours:+.6f}; TRL's _compute_loss: "
-      f"{float(trl_loss(logp_new, logp_old, advantages, mask)):+.6f} (ratios {float(ratio.min()):.3f} to "
+      f"{float(grpo_math.trl_loss(logp_new, logp_old, advantages, mask)):+.6f} (ratios {float(ratio.min()):.3f} to "
       f"{float(ratio.max()):.3f}, {float(((ratio < 1 - epsilon) | (ratio > 1 + epsilon)).float().mean()):.0%} of tokens outside the clip range)")
 
 # %% [markdown]

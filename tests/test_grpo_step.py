@@ -11,7 +11,7 @@ import torch
 
 from helpers.teaching import exercises as E
 from helpers.teaching import grpo_math
-from helpers.teaching.grpo_step import trl_default, trl_loss
+from helpers.teaching.grpo_math import trl_default, trl_loss
 
 EX = E.nb08.q1
 

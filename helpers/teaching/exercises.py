@@ -664,7 +664,7 @@ ALL = {"nb01": nb01, "nb02": nb02, "nb03": nb03, "nb04": nb04, "nb05": nb05, "nb
 
 # =========================================================================================== 08 one GRPO step
 # Appended as a block: lesson 08's loss exercise. Its truth is TRL's own GRPOTrainer._compute_loss, run on the given
-# log-probabilities (helpers.teaching.grpo_step.trl_loss), never a copy of the formula.
+# log-probabilities (helpers.teaching.grpo_math.trl_loss), never a copy of the formula.
 
 
 def _loss_batch(seed: int, completions: int, tokens: int, lengths, spread: float, rewards):
@@ -751,7 +751,7 @@ def _loss_and_grad(fn, case, logps, old, adv, mask, eps):
 def _judge_policy_loss(fn, this_batch=None):
     import torch
 
-    from helpers.teaching.grpo_step import trl_loss
+    from helpers.teaching.grpo_math import trl_loss
 
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: policy_loss, not policy_loss(logps, ...)")
@@ -806,7 +806,7 @@ class _LossExercise(Exercise):
         finally:
             self._judge = judge
         if result.passed and this_batch is not None:
-            from helpers.teaching.grpo_step import trl_loss
+            from helpers.teaching.grpo_math import trl_loss
 
             logps, old, adv, mask = (t.detach() for t in this_batch)
             ours, theirs = float(answer(logps, old, adv, mask, epsilon=0.2)), float(trl_loss(logps, old, adv, mask))
