@@ -123,3 +123,22 @@ def test_advantages_spread_along_the_tokens_of_a_square_batch_is_named():
 
     result = EX.check(row_advantages)
     assert not result.passed and "spread along the tokens" in result.message
+
+
+@pytest.mark.slow
+def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
+    """notebooks/08_grpo_step.ipynb top to bottom at CI's settings: the solution passes its check, the loss equals
+    TRL's on the lesson's own batch (before and after the step), and the step moved every completion's log-prob in the
+    direction of its advantage."""
+    from notebook_runner import execute, output_text
+
+    nb = execute("08_grpo_step", tmp_path, {"PRESET": "cpu", "NUM_GENERATIONS": 4, "MAX_COMPLETION_LENGTH": 32,
+                                            "RUN_DIR": str(tmp_path / "run")})
+    text = output_text(nb)
+    assert "Correct!" in text and "On this lesson's batch: yours" in text
+    for when in (r"loss \(your policy_loss\): ", r"loss after the step \(your policy_loss\): "):
+        match = re.search(when + r"([-+]\d+\.\d{6}); TRL's _compute_loss(?: on the same batch)?: ([-+]\d+\.\d{6})", text)
+        assert match and match.group(1) == match.group(2), f"the loss differs from TRL's: {match and match.group(0)}"
+    assert "positive advantage rose and every one with a negative advantage fell: True" in text
+    rows = re.findall(r"^\s*\d+\s+[-\d.]+\s+([-+]\d+\.\d+)\s+[-\d.]+\s+[-\d.]+\s+([-+]\d+\.\d+)\s", text, re.M)
+    assert len(rows) == 4 and any(float(a) > 0 and float(c) > 0 for a, c in rows), rows  # the rewarded one rose
