@@ -150,7 +150,7 @@ print("advantages:", [round(float(a), 3) for a in advantages])
 #
 # Then the log-probability of every sampled token under the policy that sampled it, `logp_old`, without gradient:
 # one forward pass over prompt + completion, the logits divided by the temperature, `log_softmax`, and the entry of
-# the token that was sampled (`grpo_math.completion_logps`, the computation in TRL's `_get_per_token_logps`). A
+# the token that was sampled (`grpo_math.completion_logps`, the computation in TRL's `_get_per_token_logps_and_entropies`). A
 # completion's log-probability is the sum over its tokens.
 
 # %%
