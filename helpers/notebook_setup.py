@@ -91,6 +91,7 @@ LESSONS = {
     "05_train": Lesson(True, "the T4 lab: load, evaluate, train, evaluate, save, in one runtime"),
     "06_evaluate_and_save": Lesson(False, "shows the T4 run from its files; evaluates, saves and exports a CPU run"),
     "07_memory_lab": Lesson(False, "predicts memory from the architecture; measures only if a GPU is there"),
+    "08_grpo_step": Lesson(False, "one GRPO step from scratch on the embedded model, on any runtime"),
     "09_capstone": Lesson(False, "your own train_grpo.py, checked with 2 GRPO steps of the embedded model"),
 }
 

@@ -139,6 +139,15 @@ def trainer_positional(model, tokenizer, reward_funcs, config, train_dataset, ca
     return GRPOTrainer(model, reward_funcs, config, train_dataset, callbacks=callbacks)  # no tokenizer
 
 
+def policy_loss_right(logps, old_logps, advantages, mask, epsilon=0.2):
+    """08's exercise 8.1: TRL's default ('dapo') masked, clipped token-level loss."""
+    import torch
+
+    ratio = torch.exp(logps - old_logps)
+    a = advantages.unsqueeze(1)
+    return (-torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * a) * mask).sum() / mask.sum()
+
+
 RIGHT = {
     ("nb01", "q1"): right_wrong_right,
     ("nb02", "q1"): trainable_right,
@@ -157,6 +166,7 @@ RIGHT = {
     ("nb05", "q6"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
+    ("nb08", "q1"): policy_loss_right,
 }
 
 
@@ -242,6 +252,8 @@ WRONG = [
     ("nb07", "q1", 256, ["max_completion_length=256", "fits too"]),
     ("nb07", "q1", 4096, ["max_completion_length=4096", "does not fit"]),
     ("nb07", "q1", 700, ["multiple of 64"]),
+    ("nb08", "q1", lambda lp, old, adv, mask, epsilon=0.2: -policy_loss_right(lp, old, adv, mask, epsilon),
+     ["the sign is flipped"]),  # every other mistake: tests/test_grpo_step.py
     ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"].split("####")[-1].strip()),
      ["edge row 0", "'5,000'", "strip the commas"]),
     ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"]), ["edge row 0", "worked solution"]),
@@ -297,7 +309,7 @@ def _exercise(ns, q):
 
 def test_every_notebook_has_an_exercise_and_every_exercise_is_tested():
     declared = {(ns, q) for ns, space in E.ALL.items() for q in vars(space) if q.startswith("q")}
-    assert {ns for ns, _ in declared} == {f"nb0{i}" for i in range(1, 8)}
+    assert {ns for ns, _ in declared} == {f"nb0{i}" for i in range(1, 9)}  # 09 is checked by helpers.capstone
     assert declared == set(RIGHT), "every exercise needs a known-right answer here"
     assert declared == {(ns, q) for ns, q, _, _ in WRONG}, "every exercise needs known-wrong answers here"
 
