@@ -1,0 +1,44 @@
+"""The kit's own measured CPU runs, shipped as data (results/cpu-runs/NAME/): lessons read real curves from them.
+
+Each folder holds the run's metrics.jsonl as TRL logged it and run.json (the command, the commit it started from,
+the machine, the date, the wall time, accuracy before and after). scripts/ship_cpu_run.py writes both from a run
+folder of `python -m helpers.train`; tests/test_measured_runs.py checks what the lessons say about them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.run.metrics import read_metrics
+
+RUNS_DIR = Path(__file__).resolve().parents[2] / "results" / "cpu-runs"
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    name: str
+    rows: list[dict]  # metrics.jsonl, one dict per logged step
+    meta: dict        # run.json
+
+    @property
+    def sampled(self) -> list[dict]:
+        """The steps that sampled a batch (with num_iterations=2 the others reuse it and log no reward)."""
+        return [r for r in self.rows if "reward" in r]
+
+    def label(self) -> str:
+        before, after = self.meta["before"]["accuracy"], self.meta["after"]["accuracy"]
+        return f"{self.name}: {self.meta['what']} (accuracy {before:.2f} -> {after:.2f})"
+
+
+def names() -> list[str]:
+    return sorted(p.name for p in RUNS_DIR.iterdir() if (p / "run.json").is_file()) if RUNS_DIR.is_dir() else []
+
+
+def load(name: str) -> MeasuredRun:
+    folder = RUNS_DIR / name
+    if not (folder / "run.json").is_file():
+        raise FileNotFoundError(f"no measured run {name!r} in {RUNS_DIR} (there are: {', '.join(names()) or 'none'}). "
+                                "Fix: use one of those names, or ship a run with scripts/ship_cpu_run.py.")
+    return MeasuredRun(name, read_metrics(folder / "metrics.jsonl"), json.loads((folder / "run.json").read_text()))
