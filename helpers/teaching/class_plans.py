@@ -186,7 +186,9 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "Back to the 05 tab: check that the parameters cell still says `MAX_STEPS = 60` and `EVAL_SIZE = 50`, then "
         "**Runtime > Run all**. The setup cell installs nothing now; step 1 prints `your rewards from "
         ".../my_rewards.py: brevity_reward`. Loading, the evaluation before, the steps and the evaluation after then "
-        "run on their own.")),
+        "run on their own. Exercises 5.1 and 5.3 (the `GRPOConfig` fields and the `GRPOTrainer` call) come before "
+        "the training cell: left blank, 05 trains with the kit's config and trainer and says so; students fill them "
+        "in at home and run the check cells.")),
     Block(15, "05_train", T4, CONTINUE, does=(
         "While it trains, read the live dashboard together: reward per function, spread, zero-spread groups, length "
         "(discussion questions 2, 4 and 5). Say in advance that the reward stays flat at first: Unsloth's 3B run "
@@ -202,11 +204,13 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "([measured](#time-per-notebook)).")),
     Block(7, "05_train", T4, CONTINUE, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
-        "whole run, and exercises 5.1-5.4 have run (answer them now or at home, then re-run their check cells). "
-        "5.2 diagnoses four made-up runs A-D that the notebook draws, not this run's dashboard. If the run has not "
-        "finished, nothing is lost: its checkpoints are on Drive and the homework continues it.")),
+        "whole run, and the exercises after the training cell have run (answer them now or at home, then re-run "
+        "their check cells). Exercise 5.4 diagnoses four of the kit's own measured CPU runs, not this run's "
+        "dashboard. If the run has not finished, nothing is lost: its checkpoints are on Drive and the homework "
+        "continues it.")),
     Block(3, None, None, TALK, does=(
-        "Recap, and the homework: extend the class run to 250 steps, then 03 and 07.")),
+        "Recap, and the homework: extend the class run to 250 steps, then 03 and 07; after the course, 08 (one GRPO "
+        "step from scratch) and the capstone, 09.")),
     Block(0, "05_train", T4, RUN, homework=True, parameters={"MAX_STEPS": 250, "EVAL_SIZE": 50},
           cpu=_05_HOMEWORK_CPU, does=(
               "**Extend the class run.** Open 05 on a T4, type `MAX_STEPS = 250` and the class's `EVAL_SIZE = 50` "
@@ -224,7 +228,7 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
     Block(10, "05_train", T4, SETUP, parameters=_05_HALF_DAY, cpu=_05_CPU, does=(
         "Everyone opens **05** on a T4, types the two values and runs only the parameters and setup cells (the GPU "
         "install, the restart, the same two cells again, Drive access), while you introduce the day.")),
-    Block(25, "01_setup", CPU, RUN, does=(
+    Block(20, "01_setup", CPU, RUN, does=(
         "01 on a CPU runtime: RL with verifiable rewards, GRPO against PPO, the runtime report, the guards "
         "(what does each message tell them to do?); exercise 1.1.")),
     Block(20, "02_load_model", CPU, RUN, does=(
@@ -246,8 +250,12 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "checkpoint (it printed `a checkpoint every N steps`): Runtime > Restart session, then Run all: it resumes "
         "from that checkpoint on Drive, with a new model load and the evaluation before reused. 05's exercises wait "
         "behind the training cell.")),
-    Block(30, "07_memory_lab", CPU, RUN, does=(
-        "07 on a CPU runtime while 05 trains: what the T4's memory holds, the sweep, the OOM doctor; exercise 7.1.")),
+    Block(20, "08_grpo_step", CPU, RUN, does=(
+        "08 on a CPU runtime while 05 trains: one GRPO step from scratch on the embedded model (a group sampled with "
+        "`model.generate`, its rewards and advantages, one optimizer step); exercise 8.1: they write the loss, "
+        "checked against TRL's own, and watch the rewarded completion become likelier.")),
+    Block(15, "07_memory_lab", CPU, RUN, does=(
+        "07 on a CPU runtime: what the T4's memory holds, the sweep, the OOM doctor; exercise 7.1.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
         "06 on a CPU runtime: exercise 6.1 answered first, then Run all: the class run's numbers from Drive if 05 "
         "has finished, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
@@ -255,11 +263,14 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "to show one. Discussion questions 6 and 7.")),
     Block(15, "05_train", T4, CONTINUE, does=(
         "05's results: accuracy before and after on 100 GSM8K questions, the dashboard of the whole run, exercises "
-        "5.1-5.4 (5.2: four made-up runs); recap and homework.")),
+        "after the training cell (5.4: four of the kit's measured CPU runs); recap and homework.")),
     Block(0, "05_train", T4, RUN, homework=True, parameters={"MAX_STEPS": 250, "EVAL_SIZE": 100},
           cpu=_05_HOMEWORK_CPU, does=(
               "Extend the workshop's run: 05 on a T4 with `MAX_STEPS = 250` and `EVAL_SIZE = 100`, Run all: it "
               "continues from `checkpoint-150` on Drive.")),
+    Block(0, "09_capstone", CPU, RUN, homework=True, does=(
+        "The capstone, 09 on a CPU runtime: their own `train_grpo.py` from a blank file, checked in the notebook "
+        "(2 GRPO steps of the embedded model, about a minute).")),
 ))
 
 PLANS = {plan.key: plan for plan in (NINETY_MINUTES, HALF_DAY)}
