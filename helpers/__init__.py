@@ -42,6 +42,7 @@ teaching/   what only the lessons and the instructor guide use:
     reward_lab.py      the reward playground (ipywidgets)
     grpo_math.py       GRPO's advantages and policy loss, exactly as TRL computes them, with a slider
     class_plans.py     the instructor guide's class plans as data; T4 times scaled from a logged T4 run
+    measured_runs.py   the kit's own measured CPU runs (results/cpu-runs/), read as lesson data
 """
 
 __version__ = "0.1.0"
