@@ -46,7 +46,8 @@ def main(argv=None) -> int:
         print(f"{target} exists; pass --overwrite to replace it", file=sys.stderr)
         return 1
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(args.run_dir / "metrics.jsonl", target / "metrics.jsonl")
+    for name in ("metrics.jsonl", "samples.jsonl"):  # the curves; the held-out answers before and after
+        shutil.copy2(args.run_dir / name, target / name)
     meta = {"name": args.name, "what": args.what, "command": args.command, "commit": args.commit,
             "started": args.started, "machine": f"{cpu_name()}, {len(__import__('os').sched_getaffinity(0))} cores",
             "note": args.note, "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-import random
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -771,44 +770,6 @@ def _judge_zero_spread(fn):
             raise Fail(case, f"for {case} you returned {got!r}; it should be {want:.6f} ({hint})")
 
 
-CHOICES = {"healthy": "healthy", "no_signal": "no learning signal", "length_cap": "length cap",
-           "reward_collapse": "reward collapse"}
-_ALIASES = {"healthy": "healthy", "ok": "healthy", "fine": "healthy",
-            "no learning signal": "no_signal", "no signal": "no_signal", "no_signal": "no_signal",
-            "length cap": "length_cap", "length_cap": "length_cap", "cut off": "length_cap", "clipped": "length_cap",
-            "reward collapse": "reward_collapse", "reward_collapse": "reward_collapse", "collapse": "reward_collapse"}
-RUN_KINDS = {"A": "reward_collapse", "B": "healthy", "C": "length_cap", "D": "no_signal"}
-
-
-def synthetic_run(kind: str, steps: int = 20, seed: int = 0, cap: int = 64) -> list[dict]:
-    """Metric rows (as metrics.jsonl holds them) of a made-up run of one kind: healthy, no_signal, length_cap or
-    reward_collapse. tests/test_exercises.py checks that the dashboard's warnings classify each one correctly."""
-    rng = random.Random(f"{kind}-{seed}")
-    rows = []
-    for step in range(1, steps + 1):
-        t = step / steps
-        noise = rng.uniform(-0.15, 0.15)
-        row = {"step": step, "reward_std": 0.9 + noise, "frac_reward_zero_std": max(0.0, 0.3 - 0.25 * t + noise / 3),
-               "completions/mean_length": 40 + 8 * t + 10 * noise, "completions/clipped_ratio": max(0.0, 0.12 + noise / 3)}
-        if kind == "healthy":
-            row["reward"] = 0.6 + 2.2 * t + noise
-        elif kind == "no_signal":
-            row["reward"] = 0.0 if step > 3 else 0.05 * (4 - step)
-            row["reward_std"] = 0.0 if step > 3 else 0.2
-            row["frac_reward_zero_std"] = 1.0 if step > 3 else 0.75
-        elif kind == "length_cap":
-            row["reward"] = 0.4 + 0.2 * t + noise / 2
-            row["completions/mean_length"] = min(cap, 30 + 60 * t)
-            row["completions/clipped_ratio"] = min(1.0, 0.2 + 1.2 * t)
-        elif kind == "reward_collapse":
-            row["reward"] = (0.6 + 5.0 * t if t <= 0.5 else 3.1 - 5.2 * (t - 0.5)) + noise / 2
-            row["completions/mean_length"] = 45 - 30 * max(0.0, t - 0.5) + 5 * noise
-        else:
-            raise ValueError(f"kind={kind!r}: one of {', '.join(CHOICES)}")
-        rows.append({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()})
-    return rows
-
-
 def diagnose(rows, cap: int = 64) -> tuple[str, str]:
     """(kind, evidence) from helpers.run.dashboard's warning functions: the first warning that holds, else healthy."""
     from helpers.run.dashboard import training_warnings
@@ -819,51 +780,79 @@ def diagnose(rows, cap: int = 64) -> tuple[str, str]:
     return found[0].kind, found[0].message
 
 
-def runs() -> dict[str, list[dict]]:
-    """The four runs of exercise 05 q2, by letter."""
-    return {letter: synthetic_run(kind, seed=i) for i, (letter, kind) in enumerate(RUN_KINDS.items())}
+# Exercise 5.4: four of the kit's measured CPU runs (helpers.teaching.measured_runs), by letter. Whether a run
+# learned is read from its held-out accuracy, not from its training curves: that is the point of the exercise.
+LEARNING_RUNS = {"A": "lr-1e-3", "B": "default-seed1", "C": "earlier-recipe-seed2", "D": "scale-none"}
+LEARNED_MARGIN = 0.1  # accuracy on 50 held-out questions; one standard error is about 0.07
+_LEARNED = {"learned": True, "yes": True, "true": True, "did not learn": False, "didn't learn": False, "no": False,
+            "false": False, "not learned": False}
 
 
-def plot_runs(rows_by_run=None):
-    """One panel per run: reward (left axis), groups with zero spread and clipped ratio (right axis, 0..1)."""
+def measured(letter_to_name=None) -> dict:
+    from helpers.teaching import measured_runs
+
+    return {letter: measured_runs.load(name) for letter, name in (letter_to_name or LEARNING_RUNS).items()}
+
+
+def learned(run) -> bool | None:
+    """True when held-out accuracy rose by LEARNED_MARGIN or more, False when it did not rise, None in between."""
+    change = run.meta["after"]["accuracy"] - run.meta["before"]["accuracy"]
+    return True if change >= LEARNED_MARGIN - 1e-9 else False if change <= 0 else None
+
+
+def curve_evidence(run) -> str:
+    """What a run's training curves say, in words: the correctness reward, the entropy, the silent groups."""
+    rows = run.sampled
+    late = rows[len(rows) // 2:]
+    correct = sum(r.get("rewards/correctness_reward/mean", 0.0) for r in late) / len(late)
+    silent = sum(r.get("frac_reward_zero_std", 0.0) for r in rows) / len(rows)
+    return (f"its total reward ended at {rows[-1]['reward']:.2f}, its correctness reward averaged {correct:.2f} (of "
+            f"2.0) over the second half, the policy's entropy went {rows[0]['entropy']:.2f} -> {rows[-1]['entropy']:.2f}"
+            f", and {silent:.0%} of its sampled groups had zero spread; the dashboard's verdict: {diagnose(run.rows)[0]}")
+
+
+def plot_measured(runs=None):
+    """One panel per run: total and correctness reward (left axis), entropy and zero-spread groups (right axis)."""
     import matplotlib.pyplot as plt
 
-    rows_by_run = runs() if rows_by_run is None else rows_by_run
-    fig, axes = plt.subplots(1, len(rows_by_run), figsize=(4 * len(rows_by_run), 3.2), sharey=True)
-    for ax, (letter, rows) in zip(axes, rows_by_run.items()):
+    runs = measured() if runs is None else runs
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.2), sharey=True)
+    for ax, (letter, run) in zip(axes, runs.items()):
+        rows = run.sampled
         steps = [r["step"] for r in rows]
-        ax.plot(steps, [r["reward"] for r in rows], "o-", color="black", markersize=3, label="reward")
+        ax.plot(steps, [r["reward"] for r in rows], "o-", color="black", markersize=3)
+        ax.plot(steps, [r.get("rewards/correctness_reward/mean", 0.0) for r in rows], ".-", color="tab:green")
         ax.set_title(f"run {letter}")
         ax.set_xlabel("step")
         twin = ax.twinx()
-        twin.plot(steps, [r["frac_reward_zero_std"] for r in rows], "--", color="tab:red", label="zero-spread groups")
-        twin.plot(steps, [r["completions/clipped_ratio"] for r in rows], ":", color="tab:orange", label="clipped ratio")
-        twin.set_ylim(-0.05, 1.05)
+        twin.plot(steps, [r["entropy"] for r in rows], ":", color="tab:cyan")
+        twin.plot(steps, [r["frac_reward_zero_std"] for r in rows], "--", color="tab:red")
+        twin.set_ylim(-0.05, 2.05)
     axes[0].set_ylabel("reward")
-    handles = axes[0].get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-    fig.legend(handles, ["reward", "zero-spread groups (right axis)", "clipped ratio (right axis)"], loc="lower center",
-               ncol=3, fontsize=8)
+    fig.legend(["total reward", "correctness reward", "entropy (right axis)", "zero-spread groups (right axis)"],
+               loc="lower center", ncol=4, fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
-def _judge_curves(answer):
+def _judge_learned(answer):
     if not isinstance(answer, dict):
-        raise Fail("the answer", "answer with a dict from run letter to diagnosis, e.g. {'A': 'healthy', ...}")
-    data = runs()
-    missing = sorted(set(data) - set(answer))
+        raise Fail("the answer", "answer with a dict from run letter to 'learned' or 'did not learn', e.g. "
+                                 "{'A': 'learned', ...}")
+    runs = measured()
+    missing = sorted(set(runs) - set(answer))
     if missing:
-        raise Fail(f"run {missing[0]}", f"run {missing[0]} has no diagnosis: give one for each of {sorted(data)}.")
-    for letter, rows in data.items():
-        said = str(answer[letter]).strip().lower()
-        kind = _ALIASES.get(said)
-        if kind is None:
-            raise Fail(f"run {letter}", f"run {letter}: {answer[letter]!r} is not one of the choices "
-                                        f"{list(CHOICES.values())}.")
-        truth, evidence = diagnose(rows)
-        if kind != truth:
-            raise Fail(f"run {letter}", f"run {letter}: you said {CHOICES[kind]!r}, but it is {CHOICES[truth]!r}. "
-                                        f"The dashboard's check: {evidence}")
+        raise Fail(f"run {missing[0]}", f"run {missing[0]} has no answer: give one for each of {sorted(runs)}.")
+    for letter, run in runs.items():
+        said = _LEARNED.get(str(answer[letter]).strip().lower())
+        if said is None:
+            raise Fail(f"run {letter}", f"run {letter}: answer 'learned' or 'did not learn', not {answer[letter]!r}.")
+        truth = learned(run)
+        if said != truth:
+            b, a = run.meta["before"]["accuracy"], run.meta["after"]["accuracy"]
+            raise Fail(f"run {letter}", f"run {letter}: you said {answer[letter]!r}, but accuracy on "
+                                        f"{run.meta['after']['n']} held-out questions went {b:.2f} -> {a:.2f}. From the "
+                                        f"curves: {curve_evidence(run)}.")
 
 
 CLIP_CASES = [(1.0, 1.0, 0.2), (1.5, 1.0, 0.2), (0.5, 1.0, 0.2), (0.5, -1.0, 0.2), (1.5, -1.0, 0.2),
@@ -975,14 +964,17 @@ nb05 = SimpleNamespace(
         """,
         _judge_trainer, "this is the call helpers.run.pipeline.build_trainer makes."),
     q4=Exercise(
-        "q4", "diagnose runs A-D (ex.q4.plot() draws them): for each, one of 'healthy', 'no learning signal', "
-              "'length cap', 'reward collapse'",
-        "no learning signal: every group tied (zero-spread = 1, reward flat); length cap: clipped ratio near 1; "
-        "reward collapse: the reward rose, then fell far below its best.",
+        "q4", "four of the kit's measured CPU runs A-D (ex.q4.plot() draws their training curves): for each, say "
+              "whether it learned (held-out accuracy rose) or did not learn",
+        "the total reward mixes format and correctness: a run can collect all the format points and still get "
+        "worse at the arithmetic. Look at the green correctness curve, and at the entropy: a policy whose entropy "
+        "is near 0 writes the same answer every time.",
         """
-        diagnoses = {"A": "reward collapse", "B": "healthy", "C": "length cap", "D": "no learning signal"}
+        learned_or_not = {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"}
+        # A (learning rate 1e-3) ends up answering '2' to everything, C (the earlier recipe) mostly '12': both keep
+        # the format points, so their total reward looks fine; their correctness reward does not.
         """,
-        _judge_curves, "these are the three warnings the live dashboard prints while you train."),
+        _judge_learned, "the training reward alone could not tell these runs apart: evaluate on held-out questions."),
     q5=Exercise(
         "q5", "write clipped_objective(ratio, advantage, epsilon=0.2): the per-token objective GRPO maximises "
               "(PPO's clipped surrogate): min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon) * A)",
@@ -1009,8 +1001,8 @@ nb05 = SimpleNamespace(
         _judge_kl, "beta trades reward for staying close to the starting model: 0 (TRL's default) lets the policy "
                    "drift for reward; 0.04 pulls it back, and costs a reference forward pass every step."),
 )
-nb05.q4.plot = plot_runs
-nb05.q4.runs = runs
+nb05.q4.plot = plot_measured
+nb05.q4.runs = measured
 
 
 # =========================================================================================== 06 evaluate

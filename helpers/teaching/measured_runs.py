@@ -1,16 +1,19 @@
 """The kit's own measured CPU runs, shipped as data (results/cpu-runs/NAME/): lessons read real curves from them.
 
-Each folder holds the run's metrics.jsonl as TRL logged it and run.json (the command, the commit it started from,
-the machine, the date, the wall time, accuracy before and after). scripts/ship_cpu_run.py writes both from a run
-folder of `python -m helpers.train`; tests/test_measured_runs.py checks what the lessons say about them.
+Each folder holds the run's metrics.jsonl as TRL logged it, samples.jsonl (each held-out question's answer before
+and after training) and run.json (the command, the commit it started from, the machine, the date, the wall time,
+accuracy before and after). scripts/ship_cpu_run.py writes them from a run folder of `python -m helpers.train`;
+tests/test_measured_runs.py checks what the lessons say about them.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.rewards import answer_of
 from helpers.run.metrics import read_metrics
 
 RUNS_DIR = Path(__file__).resolve().parents[2] / "results" / "cpu-runs"
@@ -26,6 +29,16 @@ class MeasuredRun:
     def sampled(self) -> list[dict]:
         """The steps that sampled a batch (with num_iterations=2 the others reuse it and log no reward)."""
         return [r for r in self.rows if "reward" in r]
+
+    def samples(self) -> list[dict]:
+        """samples.jsonl: each held-out question with the answer before and after training."""
+        path = RUNS_DIR / self.name / "samples.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+    def common_answers(self, n: int = 3) -> str:
+        """The n most common final answers after training, with counts: '2' 50 times is a collapse, not learning."""
+        counts = Counter(answer_of(s["after"]) for s in self.samples())
+        return ", ".join(f"{a!r} x{c}" for a, c in counts.most_common(n)) or "(no samples shipped)"
 
     def label(self) -> str:
         before, after = self.meta["before"]["accuracy"], self.meta["after"]["accuracy"]

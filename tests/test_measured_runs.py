@@ -1,0 +1,55 @@
+"""The kit's measured CPU runs shipped as lesson data (results/cpu-runs/): complete, reproducible from their
+command, and showing what the lessons say they show (the dashboard's own warnings are the judge)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.teaching import measured_runs as M
+from helpers.teaching.exercises import diagnose
+
+NAMES = M.names()
+
+
+def test_the_runs_the_lessons_read_are_shipped():
+    assert {"default-seed0", "default-seed1"} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_run_is_complete_and_says_how_it_was_made(name):
+    run = M.load(name)
+    for key in ("what", "command", "commit", "started", "machine", "note", "before", "after", "reward_funcs"):
+        assert run.meta.get(key) not in (None, ""), f"{name}: run.json lacks {key}"
+    assert run.meta["command"].startswith("python -m helpers.train --preset cpu")
+    assert [r["step"] for r in run.rows] == list(range(1, run.meta["steps"] + 1)), "one row per step, none missing"
+    assert run.meta["steps"] >= 40, "long enough to show a trend, not noise"
+    assert len(run.sampled) >= run.meta["steps"] // 2 and all("entropy" in r for r in run.sampled)
+    assert json.loads((M.RUNS_DIR / name / "run.json").read_text())["name"] == name
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("default-seed")])
+def test_the_shipped_recipe_learns_on_every_seed(name):
+    run = M.load(name)
+    assert diagnose(run.rows)[0] == "healthy"
+    assert run.meta["after"]["accuracy"] > run.meta["before"]["accuracy"]
+    assert run.meta["after"]["format_rate"] == 1.0
+
+
+def test_an_unknown_run_names_the_shipped_ones():
+    with pytest.raises(FileNotFoundError, match="default-seed0"):
+        M.load("no-such-run")
+
+
+def test_what_exercise_5_4_says_about_its_runs():
+    """05's exercise 5.4 and its solution's comment: learning rate 1e-3 collapses to one answer while its training
+    curves raise no warning; the earlier recipe collapses too (its entropy near 0); Dr. GRPO's scaling still learns."""
+    from helpers.teaching.exercises import LEARNING_RUNS, learned
+
+    fast = M.load("lr-1e-3")
+    assert fast.common_answers(1).startswith("'2' x50") and diagnose(fast.rows)[0] == "healthy"
+    earlier = M.load("earlier-recipe-seed2")
+    assert min(r["entropy"] for r in earlier.sampled) < 0.1 and earlier.common_answers(1).startswith("'12'")
+    assert {letter: learned(M.load(name)) for letter, name in LEARNING_RUNS.items()} == {
+        "A": False, "B": True, "C": False, "D": True}
