@@ -164,6 +164,7 @@ RIGHT = {
     ("nb05", "q4"): {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"},
     ("nb05", "q5"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
     ("nb05", "q6"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
+    ("nb05", "q7"): "b",
     ("nb06", "q1"): pass_at_k_right,
     ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
     ("nb08", "q1"): policy_loss_right,
@@ -245,6 +246,9 @@ WRONG = [
     ("nb05", "q6", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
     ("nb05", "q6", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
     ("nb05", "q6", 0.0, ["pass the function itself"]),
+    ("nb05", "q7", "a", ["not 'a'", "0.22 -> 0.48", "0.22 -> 0.18", "entropy stayed higher"]),
+    ("nb05", "q7", "c", ["not 'c'", "added at every token"]),
+    ("nb05", "q7", "z", ["one letter"]),
     ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
     ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
@@ -336,7 +340,7 @@ def test_no_answer_says_what_to_do(key):
     assert not result.passed and "not answered yet" in result.message and result.case is None
 
 
-VALUE_ANSWERS = ("learned_or_not", "largest_completion_length", "prediction")
+VALUE_ANSWERS = ("learned_or_not", "largest_completion_length", "prediction", "beta_prediction")
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")

@@ -53,3 +53,17 @@ def test_what_exercise_5_4_says_about_its_runs():
     assert min(r["entropy"] for r in earlier.sampled) < 0.1 and earlier.common_answers(1).startswith("'12'")
     assert {letter: learned(M.load(name)) for letter, name in LEARNING_RUNS.items()} == {
         "A": False, "B": True, "C": False, "D": True}
+
+
+def test_what_05_and_the_guide_say_about_beta():
+    """05's exercise 5.7 and the guide's answer key: at 40 steps beta = 0.04 learned less than beta = 0 (0.48 against
+    0.18), kept a higher entropy, and logged kl (beta = 0 logs none)."""
+    from helpers.teaching.exercises import beta_outcome
+
+    zero, penalty = M.load("default-seed0"), M.load("beta-0.04")
+    assert beta_outcome()[0] == "b"
+    assert (zero.meta["after"]["accuracy"], penalty.meta["after"]["accuracy"]) == (0.48, 0.18)
+    assert penalty.sampled[-1]["entropy"] > zero.sampled[-1]["entropy"]
+    assert all("kl" in r for r in penalty.sampled) and not any("kl" in r for r in zero.sampled)
+    late = sorted(r["kl"] for r in penalty.sampled if r["step"] >= 9)
+    assert 0.1 <= late[0] and late[-1] <= 0.4 and 0.1 <= late[len(late) // 2] <= 0.2  # mostly 0.1-0.2, peaks to 0.4

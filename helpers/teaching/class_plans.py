@@ -33,7 +33,7 @@ EXECUTED = (RUN, SHOW)  # the steps whose notebook the CPU equivalent executes, 
 
 # The parameters the CPU equivalent may change: sizes only (how much runs), never what runs or where.
 SIZE_PARAMETERS = ("MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS", "BATCH_SIZE", "MAX_COMPLETION_LENGTH",
-                   "EVAL_MAX_NEW_TOKENS", "PASS_K_SAMPLES", "BETA_EXPERIMENT_STEPS")
+                   "EVAL_MAX_NEW_TOKENS", "PASS_K_SAMPLES")
 # Every CPU-equivalent block: the embedded model (no GPU in CI) at CI's tiny sizes (tests/test_notebooks.py's TINY).
 # These are parameters of the shared setup cell, so every notebook reads them.
 CPU_SIZES = {"PRESET": "cpu", "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "BATCH_SIZE": 4, "MAX_COMPLETION_LENGTH": 32,
@@ -163,8 +163,8 @@ def t4_training_estimate(parameters: dict, from_step: int = 0) -> dict:
 
 _05_CLASS = {"MAX_STEPS": 60, "EVAL_SIZE": 50}
 _06_CLASS = {"EVAL_SIZE": 50, "PASS_K_SAMPLES": 2}
-_05_CPU = {"MAX_STEPS": 2, "BETA_EXPERIMENT_STEPS": 0}
-_05_HOMEWORK_CPU = {"MAX_STEPS": 4, "BETA_EXPERIMENT_STEPS": 0}
+_05_CPU = {"MAX_STEPS": 2}
+_05_HOMEWORK_CPU = {"MAX_STEPS": 4}
 
 NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
     Block(5, "05_train", T4, SETUP, parameters=_05_CLASS, cpu=_05_CPU, does=(

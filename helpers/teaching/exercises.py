@@ -855,6 +855,36 @@ def _judge_learned(answer):
                                         f"curves: {curve_evidence(run)}.")
 
 
+BETA_CHOICES = {
+    "a": "the penalty did keep the sampling more varied (its entropy stayed higher), but that did not turn into "
+         "right answers within 40 steps",
+    "b": "",
+    "c": "0.04 times the KL is small per token, but it is added at every token of every step: it was enough to "
+         "change where the run went",
+}
+
+
+def beta_outcome() -> tuple[str, str]:
+    """(letter, what happened) from the two measured runs that differ only in beta (default-seed0, beta-0.04)."""
+    from helpers.teaching import measured_runs
+
+    zero, penalty = measured_runs.load("default-seed0"), measured_runs.load("beta-0.04")
+    a0, a1 = zero.meta["after"]["accuracy"], penalty.meta["after"]["accuracy"]
+    letter = "c" if abs(a1 - a0) < LEARNED_MARGIN else "a" if a1 > a0 else "b"
+    return letter, (f"on 50 held-out questions beta = 0 went {zero.meta['before']['accuracy']:.2f} -> {a0:.2f} and "
+                    f"beta = 0.04 went {penalty.meta['before']['accuracy']:.2f} -> {a1:.2f}; entropy at the end "
+                    f"{zero.sampled[-1]['entropy']:.2f} against {penalty.sampled[-1]['entropy']:.2f}")
+
+
+def _judge_beta(answer):
+    choice = answer.strip().lower()[:1] if isinstance(answer, str) else None
+    if choice not in BETA_CHOICES:
+        raise Fail("the answer", f"answer with one letter: 'a', 'b' or 'c' (you gave {answer!r})")
+    truth, evidence = beta_outcome()
+    if choice != truth:
+        raise Fail(f"choice {choice}", f"not {choice!r}: {evidence}. {BETA_CHOICES[choice]}".rstrip(". ") + ".")
+
+
 CLIP_CASES = [(1.0, 1.0, 0.2), (1.5, 1.0, 0.2), (0.5, 1.0, 0.2), (0.5, -1.0, 0.2), (1.5, -1.0, 0.2),
               (1.1, 2.0, 0.2), (1.5, 1.0, 0.1), (0.7, -0.5, 0.2)]
 
@@ -1000,6 +1030,16 @@ nb05 = SimpleNamespace(
         """,
         _judge_kl, "beta trades reward for staying close to the starting model: 0 (TRL's default) lets the policy "
                    "drift for reward; 0.04 pulls it back, and costs a reference forward pass every step."),
+    q7=Exercise(
+        "q7", "predict beta = 0.04 against beta = 0 after 40 steps of the cpu preset, on held-out questions: 'a' "
+              "better, 'b' worse, 'c' the same",
+        "the KL term pulls every token back towards the starting model, whose answers were right 22% of the time.",
+        """
+        beta_prediction = "b"  # 0.48 against 0.18: the penalty kept the policy near its weak start for 40 steps
+        """,
+        _judge_beta, "the penalty kept the policy near the start (higher entropy, kl mostly 0.1-0.2), and on this small "
+                     "model 40 steps near the start were not enough to learn the arithmetic. TRL's default is "
+                     "beta = 0 for reasons like this one (and it saves the reference model's memory)."),
 )
 nb05.q4.plot = plot_measured
 nb05.q4.runs = measured
