@@ -441,8 +441,10 @@ result
 # %% [markdown]
 # **Exercise 5.6.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
 # per-token estimate of how far the policy has moved from the reference (the model before training):
-# `exp(d) - d - 1` with `d = ref_logp - logp`. Write `kl_penalty(logp, ref_logp)`; the cell after it prints what
-# beta = 0.04 adds to a token's loss as the policy moves away from the reference.
+# `exp(d) - d - 1` with `d = ref_logp - logp`. (TRL 1.15 also multiplies it by the token's ratio, its default
+# `use_bias_correction_kl=True`: 1 in value when the batch was just sampled, but it changes the gradient;
+# `helpers.teaching.grpo_math.policy_loss` does the same.) Write `kl_penalty(logp, ref_logp)`; the cell after it
+# prints what beta = 0.04 adds to a token's loss as the policy moves away from the reference.
 
 # %% tags=["solution"]
 # Exercise 5.6: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp

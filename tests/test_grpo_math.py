@@ -108,43 +108,6 @@ def test_set_rewards_moves_the_sliders():
     assert [s.value for s in w.sliders] == [1.0, 3.0, 0.5, 6.0]
     assert [r["reward"] for r in w.rows] == [1.0, 3.0, 0.5, 6.0]
     assert w.sliders[3].max >= 6.0
-def _trl_loss(loss_type, logps, old, ref, adv, mask, beta, epsilon, max_len):
-    """GRPOTrainer._compute_loss itself, on given log-probabilities (the model's forward pass stubbed out)."""
-    import types
-
-    import torch
-    from trl import GRPOTrainer
-
-    class Acc:
-        num_processes = 1
-        sync_gradients = True
-
-        def gather(self, x):
-            return x
-
-        gather_for_metrics = gather
-
-        def reduce(self, x, reduction="sum"):
-            return x
-
-    fake = types.SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, importance_sampling_level="token", beta=beta,
-        args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None), loss_type=loss_type,
-        epsilon_low=epsilon, epsilon_high=epsilon, use_vllm=False, vllm_importance_sampling_correction=False,
-        model=types.SimpleNamespace(training=True), current_gradient_accumulation_steps=1,
-        max_completion_length=max_len, accelerator=Acc(), _entropy_bonus_enabled=False, aux_loss_enabled=False,
-        _metrics={"train": __import__("collections").defaultdict(list)},
-    )
-    fake.args.steps_per_generation = 1
-    b, t = logps.shape
-    inputs = {"prompt_ids": torch.zeros(b, 2, dtype=torch.long), "prompt_mask": torch.ones(b, 2, dtype=torch.long),
-              "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-              "advantages": adv, "old_per_token_logps": old, "ref_per_token_logps": ref,
-              "num_items_in_batch": mask.sum()}
-    return GRPOTrainer._compute_loss(fake, None, inputs)
-
-
 @pytest.mark.parametrize("loss_type", G.LOSS_TYPES)
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 def test_policy_loss_matches_trls_own_computation(loss_type, beta):
@@ -158,7 +121,8 @@ def test_policy_loss_matches_trls_own_computation(loss_type, beta):
     adv = torch.tensor(G.group_advantages([3.5, 0.0, 1.5, 0.0]))
     ours = G.policy_loss(logps, old, adv, mask, loss_type=loss_type, epsilon=0.2, beta=beta,
                          ref_per_token_logps=ref, max_completion_length=8)
-    theirs = _trl_loss(loss_type, logps, old, ref, adv, mask.float(), beta, 0.2, 8)
+    theirs = G.trl_loss(logps, old, adv, mask.float(), epsilon=0.2, loss_type=loss_type, beta=beta, ref_logps=ref,
+                        max_completion_length=8)  # GRPOTrainer._compute_loss itself, the forward pass stubbed out
     assert float(ours["loss"]) == pytest.approx(float(theirs), rel=1e-6, abs=1e-7)
     assert bool(ours["clipped"].any())  # the example does exercise the clipping
 

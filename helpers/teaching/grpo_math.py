@@ -241,14 +241,16 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 
 def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_type: str = "dapo",
                 epsilon: float = 0.2, epsilon_high: float | None = None, beta: float = 0.0, ref_per_token_logps=None,
-                max_completion_length: int | None = None) -> dict:
+                max_completion_length: int | None = None, bias_correction_kl: bool = True) -> dict:
     """TRL 1.15's GRPO loss for one generation batch (token-level ratios, one process, no vLLM correction), step by
     step, as torch tensors of shape (completions, tokens):
 
         ratio     = exp(logp - logp_old)                       how much likelier each sampled token became
         clipped   = clamp(ratio, 1 - epsilon, 1 + epsilon_high)
         per token = -min(ratio * A, clipped * A) + beta * KL   the clipped surrogate (PPO's), A = the advantage
-        KL        = exp(ref - logp) - (ref - logp) - 1          per-token KL estimate to the reference model (k3)
+        KL        = exp(ref - logp) - (ref - logp) - 1          per-token KL estimate to the reference model (k3),
+                    times ratio when bias_correction_kl (TRL's default use_bias_correction_kl=True: 1 in value
+                    on-policy, but it changes the gradient)
         loss      = the per-token losses averaged as loss_type says:
                     grpo: per completion, then over completions; bnpo / dapo: over all tokens of the batch;
                     dr_grpo: summed, divided by completions x max_completion_length (no length bias)
@@ -272,6 +274,8 @@ def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_typ
             raise ValueError("beta > 0 needs ref_per_token_logps (the reference model's log-probabilities)")
         ref = torch.as_tensor(ref_per_token_logps, dtype=torch.float32)
         kl = torch.exp(ref - logps) - (ref - logps) - 1
+        if bias_correction_kl:
+            kl = kl * ratio
         per_token = per_token + beta * kl
     if loss_type == "grpo":
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
@@ -345,10 +349,12 @@ class _OneProcess:
         return x
 
 
-def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, loss_type: str | None = None):
+def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, loss_type: str | None = None,
+             beta: float = 0.0, ref_logps=None, max_completion_length: int | None = None):
     """GRPOTrainer._compute_loss on these per-token log-probabilities (completions x tokens), with the old policy's
     log-probabilities, one advantage per completion and the completion mask. epsilon and loss_type default to
-    GRPOConfig's. Returns TRL's loss tensor (with a gradient back to logps when logps has one)."""
+    GRPOConfig's; beta > 0 adds the KL term against ref_logps; max_completion_length (dr_grpo's constant) defaults to
+    the tokens given. Returns TRL's loss tensor (with a gradient back to logps when logps has one)."""
     import torch
     from trl import GRPOTrainer
 
@@ -360,17 +366,19 @@ def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, l
         _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
         top_entropy_quantile=trl_default("top_entropy_quantile"),
         off_policy_mask_threshold=trl_default("off_policy_mask_threshold"),
-        importance_sampling_level=trl_default("importance_sampling_level"), beta=0.0,
+        importance_sampling_level=trl_default("importance_sampling_level"), beta=beta,
         args=types.SimpleNamespace(use_bias_correction_kl=trl_default("use_bias_correction_kl"),
                                    delta=trl_default("delta"), steps_per_generation=1),
         loss_type=trl_default("loss_type") if loss_type is None else loss_type,
         epsilon_low=epsilon, epsilon_high=epsilon if high is None else high,
         use_vllm=False, vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, max_completion_length=logps.size(1), accelerator=_OneProcess(),
+        current_gradient_accumulation_steps=1, accelerator=_OneProcess(),
+        max_completion_length=logps.size(1) if max_completion_length is None else max_completion_length,
         _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics={"train": collections.defaultdict(list)},
     )
     b, t = logps.shape
     inputs = {"prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1, dtype=torch.long),
               "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-              "advantages": advantages, "old_per_token_logps": old_logps, "num_items_in_batch": mask.sum()}
+              "advantages": advantages, "old_per_token_logps": old_logps, "num_items_in_batch": mask.sum(),
+              **({"ref_per_token_logps": ref_logps} if ref_logps is not None else {})}
     return GRPOTrainer._compute_loss(trainer, None, inputs)
