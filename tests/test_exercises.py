@@ -349,7 +349,7 @@ def test_printed_solution_passes_its_own_check(key, capsys):
     ex.hint()
     ex.solution()
     out = capsys.readouterr().out
-    assert out.startswith(f"Hint ({key[1]}):") and f"Solution ({key[1]}):" in out
+    assert out.startswith(f"Hint ({key[1]}") and f"Solution ({key[1]}):" in out
     source = textwrap.dedent(ex._solution)
     scope: dict = {}
     if key == ("nb07", "q1"):  # the lab notebook's own names
@@ -406,3 +406,14 @@ def test_questions_checker_matches_the_presets():
     for name, p in PRESETS.items():
         budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
         assert E.questions_truth(p.max_steps, budget, p.num_generations) == p.prompts_per_step * p.max_steps, name
+
+
+def test_hints_come_in_levels_where_an_exercise_has_several(capsys):
+    """hint() nudges and names the next level; hint(n) says more; a level past the last gives the last."""
+    E.nb05.q1.hint()
+    E.nb05.q1.hint(3)
+    E.nb05.q1.hint(7)
+    first, third, past = capsys.readouterr().out.strip().splitlines()
+    assert first.startswith("Hint (q1, 1 of 3): ") and first.endswith("(more: ex.q1.hint(2))")
+    assert third.startswith("Hint (q1, 3 of 3): ") and "use_cpu=not on_gpu" in third and "more" not in third
+    assert past == third

@@ -94,8 +94,13 @@ class Exercise:
         return CheckResult(False, f"not answered yet: {detail}write your answer in the cell above, run it, then run "
                                   f"this check again. The task: {self.task}")
 
-    def hint(self) -> None:
-        print(f"Hint ({self.qid}): {self._hint}")
+    def hint(self, level: int = 1) -> None:
+        """A nudge; where the exercise has several (a tuple), hint(2), hint(3) ... say more, the last nearly the
+        answer (as Kaggle Learn's)."""
+        hints = (self._hint,) if isinstance(self._hint, str) else tuple(self._hint)
+        level = max(1, min(level, len(hints)))
+        more = f" (more: ex.{self.qid}.hint({level + 1}))" if level < len(hints) else ""
+        print(f"Hint ({self.qid}{f', {level} of {len(hints)}' if len(hints) > 1 else ''}): {hints[level - 1]}{more}")
 
     def solution(self) -> None:
         print(f"Solution ({self.qid}):\n{textwrap.dedent(self._solution).strip()}")
@@ -389,8 +394,12 @@ def _judge_gsm8k_row(fn, records=()):
 nb03 = SimpleNamespace(q1=Exercise(
     "q1", "write gsm8k_to_row(record, worked_example=True): one GSM8K record {'question', 'answer'} -> the kit's "
           "row {'prompt': chat messages, 'answer': the gold number after '####' with commas stripped, 'question'}",
-    "the gold is record['answer'].split('####')[-1] with spaces and commas removed; the prompt is "
-    "prompts.build_messages(record['question'], worked_example=worked_example).",
+    ("the training row is what the reward functions and the trainer read: which part of GSM8K's answer is the gold "
+     "number, and which messages does the model see?",
+     "the gold is the text after the last '####', without spaces or thousands commas; the prompt is a list of chat "
+     "messages that helpers.prompts builds for you.",
+     "gold = record['answer'].split('####')[-1].strip().replace(',', ''); messages = "
+     "prompts.build_messages(record['question'], worked_example=worked_example)."),
     """
     from helpers import prompts
 
@@ -593,8 +602,12 @@ nb04 = SimpleNamespace(
     q1=Exercise(
         "q1", "write my_correctness_reward(prompts, completions, answer, **kwargs): 2.0 when the last <answer> block "
               "equals the gold answer as a number, else 0.0",
-        "for each (completion, gold) in zip(completions, answer): text = completion_text(completion); pred = "
-        "answer_from(text); score 2.0 if pred is not None and answers_match(pred, gold) else 0.0.",
+        ("read the answer the way the evaluation does: only the last <answer> block counts, and numbers are compared "
+         "as numbers, not as strings.",
+         "answer_from(completion_text(completion)) gives the last block's text or None; answers_match(pred, gold) "
+         "compares it with the gold as a number (1,000 = 1000, $18 = 18, 18.0 = 18, and '11 or 12' is wrong).",
+         "pred = answer_from(completion_text(completion)); score = 2.0 if pred is not None and answers_match(pred, "
+         "gold) else 0.0."),
         """
         from helpers.rewards import answers_match, completion_text
         from helpers.rewards import answer_of as answer_from  # the kit's twin of the lesson's answer_from
@@ -612,8 +625,10 @@ nb04 = SimpleNamespace(
     q2=Exercise(
         "q2", "write my_strict_format_reward(prompts, completions, **kwargs): 0.5 for exactly the worked example's "
               "layout (each tag once, each on its own line), else 0.0",
-        "strip the text; every tag of TAGS must appear exactly once (text.count(tag) == 1) and STRICT.fullmatch(text) "
-        "must match.",
+        ("two conditions: the layout (STRICT, a regular expression) and no repeated tag; whitespace around the whole "
+         "completion does not count.",
+         "text = completion_text(completion).strip(); each_once = all(text.count(tag) == 1 for tag in TAGS); layout = "
+         "STRICT.fullmatch(text) is not None."),
         r"""
         import re
 
@@ -942,8 +957,11 @@ nb05 = SimpleNamespace(
         "q1", "fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig fields that decide GRPO and "
               "memory (the group, the batch, the completion length, the precision for this card, beta, the "
               "learning rate)",
-        "each blank is a field of the preset p (p.num_generations, ...), except precision: bf16 when the card supports "
-        "it (runtime.bf16_supported), else fp16 on a GPU, and use_cpu when there is no GPU (on_gpu is False).",
+        ("each blank but the precision flags is the preset's field of the same name.",
+         "num_generations=p.num_generations, per_device_train_batch_size=p.per_device_train_batch_size, and so on "
+         "for max_completion_length, beta and learning_rate.",
+         "precision follows the card: bf16=bf16_ok (an Ampere or newer GPU), fp16=on_gpu and not bf16_ok (a T4), "
+         "use_cpu=not on_gpu."),
         """
         from trl import GRPOConfig
 
