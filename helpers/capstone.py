@@ -89,6 +89,12 @@ def _is_module(name: str) -> bool:
             or (KIT.joinpath(*parts) / "__init__.py").is_file())
 
 
+def _named_modules(module: str, names) -> list[str]:
+    """The kit modules `from module import names` reaches: `from helpers import train` names helpers.train, a
+    submodule; `from helpers.data import gsm8k_rows` names helpers.data itself."""
+    return [f"{module}.{name}" for name in names or () if _is_module(f"{module}.{name}")] or [module]
+
+
 def _allowed(module: str) -> bool:
     """An allowed module, or a package above one (helpers.run imports none of its modules): `from helpers.run import
     pipeline` is judged by the module it names, helpers.run.pipeline."""
@@ -110,8 +116,7 @@ def static_imports(tree: ast.AST) -> list[tuple[str, int]]:
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            subs = [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
-            found += [(m, node.lineno) for m in subs] or [(node.module, node.lineno)]
+            found += [(m, node.lineno) for m in _named_modules(node.module, [a.name for a in node.names])]
         elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module",
                                                                         "__import__")
               and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
@@ -161,8 +166,8 @@ def read_script(script: Path) -> None:
 class _Recorder:
     """Lives in the student's interpreter: what the script built, trained and imported."""
 
-    def __init__(self, script: Path, report: Path):
-        self.script, self.report = script, report
+    def __init__(self, report: Path):
+        self.report = report
         self.trainers, self.imports = [], []
 
     # -- imports made by code outside helpers/ (the script, or a module of the student's), noted before importing:
@@ -170,8 +175,7 @@ class _Recorder:
     def note_import(self, name: str, fromlist, requester: str | None) -> None:
         if not name.startswith("helpers") or not requester or Path(requester).resolve().is_relative_to(HELPERS):
             return
-        modules = [f"{name}.{item}" for item in fromlist or () if _is_module(f"{name}.{item}")] or [name]
-        for module in modules:  # from helpers import train: the submodule it names
+        for module in _named_modules(name, fromlist):
             if (module == "helpers" or module.startswith("helpers.")) and module not in [m for m, _ in self.imports]:
                 self.imports.append((module, requester))
 
@@ -260,7 +264,7 @@ class _Recorder:
 def _bootstrap(script: str, report: str, argv: list[str]) -> None:
     """Run the script as `python script.py ARGV` would, watched by a _Recorder; the report is written at the end."""
     script_path = Path(script).resolve()
-    recorder = _Recorder(script_path, Path(report))
+    recorder = _Recorder(Path(report))
     recorder.install_import_watch()
     recorder.install_trainer_watch()
     sys.argv = [str(script_path), *argv]

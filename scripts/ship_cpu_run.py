@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import sys
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     for name in ("metrics.jsonl", "samples.jsonl"):  # the curves; the held-out answers before and after
         shutil.copy2(args.run_dir / name, target / name)
     meta = {"name": args.name, "what": args.what, "command": args.command, "commit": args.commit,
-            "started": args.started, "machine": f"{cpu_name()}, {len(__import__('os').sched_getaffinity(0))} cores",
+            "started": args.started, "machine": f"{cpu_name()}, {len(os.sched_getaffinity(0))} cores",
             "note": args.note, "steps": summary["steps"], "wall_seconds": summary["wall_seconds"],
             "before": summary["before"], "after": summary["after"], "reward_funcs": summary["reward_funcs"]}
     (target / "run.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -472,13 +472,18 @@ def _number(x) -> str:
     return f"{x:g}" if isinstance(x, (int, float)) else repr(x)[:6]
 
 
-def _judge_reward_against(kit_reward, name: str):
-    """A judge comparing a student's reward with the kit's on reward_cases(): the first differences, as a table."""
+def _judge_reward_against(kit_name: str, name: str):
+    """A judge comparing a student's reward with helpers.rewards.<kit_name> on reward_cases(): the first differences,
+    as a table."""
     def judge(fn):
+        from helpers import rewards
+
+        kit_reward = getattr(rewards, kit_name)
         if not callable(fn):
             raise Fail("the answer", f"pass the reward function itself: {name}, not {name}(...)")
+        cases = reward_cases()
         rows = []
-        for label, completion, gold, why in reward_cases():
+        for label, completion, gold, why in cases:
             try:
                 got = call(f"the completion '{label}'", fn, prompts=[None], completions=[completion], answer=[gold])
             except Fail as f:
@@ -492,9 +497,9 @@ def _judge_reward_against(kit_reward, name: str):
         if rows:
             table = "\n".join(f"  {label[:40]:<40} {_number(got):>6} {want:>6g}  {why}"
                               for label, got, want, why in rows[:6])
-            raise Fail(rows[0][0], f"your {name} differs from the kit's on {len(rows)} of {len(reward_cases())} "
+            raise Fail(rows[0][0], f"your {name} differs from the kit's on {len(rows)} of {len(cases)} "
                                    f"completions:\n  {'completion':<40} {'yours':>6} {'kit':>6}\n{table}")
-        batch = {label: (c, gold) for label, c, gold, _ in reward_cases()}
+        batch = {label: (c, gold) for label, c, gold, _ in cases}
         texts, golds = zip(*(batch[k] for k in ("perfect", "a comma in the answer", "a dollar sign")))  # 12, 1000, 18
         got = call("a batch of three completions", fn, prompts=[None] * 3, completions=list(texts),
                    answer=list(golds))
@@ -581,21 +586,22 @@ SHIFT_CHOICES = {
 }
 
 
+def _letter(answer, choices: dict) -> str:
+    """The letter a predict-then-run answer picked, or Fail naming the choices."""
+    choice = answer.strip().lower()[:1] if isinstance(answer, str) else None
+    if choice not in choices:
+        letters = ", ".join(f"'{c}'" for c in choices)
+        raise Fail("the answer", f"answer with one letter: {letters} (you gave {answer!r})")
+    return choice
+
+
 def _judge_shift(answer):
-    choice = str(answer).strip().lower()[:1] if isinstance(answer, str) else None
-    if choice not in SHIFT_CHOICES:
-        raise Fail("the answer", f"answer with one letter: 'a', 'b', 'c' or 'd' (you gave {answer!r})")
+    choice = _letter(answer, SHIFT_CHOICES)
     before = group_advantages([4.0, 0.0, 2.0, 0.0])
     after = group_advantages([5.0, 1.0, 3.0, 1.0])
     truth = "c" if all(abs(x - y) < 1e-9 for x, y in zip(before, after)) else "a"
     if choice != truth:
         raise Fail(f"choice {choice}", f"not {choice!r}: {SHIFT_CHOICES[choice]}. Run the next cell to see it.")
-
-
-def _kit_reward(name):
-    from helpers import rewards
-
-    return getattr(rewards, name)
 
 
 nb04 = SimpleNamespace(
@@ -620,7 +626,7 @@ nb04 = SimpleNamespace(
                 scores.append(score)
             return scores
         """,
-        lambda fn: _judge_reward_against(_kit_reward("correctness_reward"), "my_correctness_reward")(fn),
+        _judge_reward_against("correctness_reward", "my_correctness_reward"),
         "it agrees with helpers.rewards.correctness_reward on every case, the tricky ones included."),
     q2=Exercise(
         "q2", "write my_strict_format_reward(prompts, completions, **kwargs): 0.5 for exactly the worked example's "
@@ -646,7 +652,7 @@ nb04 = SimpleNamespace(
                 scores.append(0.5 if each_once and layout else 0.0)
             return scores
         """,
-        lambda fn: _judge_reward_against(_kit_reward("strict_format_reward"), "my_strict_format_reward")(fn),
+        _judge_reward_against("strict_format_reward", "my_strict_format_reward"),
         "it agrees with helpers.rewards.strict_format_reward on every case."),
     q3=Exercise(
         "q3", f"write brevity_reward(prompts, completions, **kwargs): {BREVITY_SCORE} for a completion of at most "
@@ -690,16 +696,13 @@ nb04 = SimpleNamespace(
 
 # (what the case is, preset, runtime): the config must follow the card, not be written for the one it runs on.
 def config_cases():
-    from helpers.runtime import Runtime
+    from helpers.runtime import fake_runtime
 
-    t4 = Runtime(on_colab=True, gpu_name="Tesla T4", compute_capability=(7, 5), total_gpu_gb=15.0, has_unsloth=True,
-                 has_vllm=True)
-    a100 = Runtime(on_colab=True, gpu_name="NVIDIA A100-SXM4-40GB", compute_capability=(8, 0), total_gpu_gb=40.0,
-                   has_unsloth=True, has_vllm=True)
-    return [("the cpu preset with beta=0.04 on a CPU", get_preset("cpu").with_overrides(beta=0.04),
-             Runtime(on_colab=False), 5),
-            ("the t4 preset on a T4 (compute capability 7.5)", get_preset("t4"), t4, None),
-            ("the t4 preset on an A100 (compute capability 8.0)", get_preset("t4"), a100, 25)]
+    return [("the cpu preset with beta=0.04 on a CPU", get_preset("cpu").with_overrides(beta=0.04), fake_runtime("cpu"),
+             5),
+            ("the t4 preset on a T4 (compute capability 7.5)", get_preset("t4"), fake_runtime("t4", on_colab=True), None),
+            ("the t4 preset on an A100 (compute capability 8.0)", get_preset("t4"), fake_runtime("a100", on_colab=True),
+             25)]
 
 
 def _field_why(name: str) -> str:
@@ -892,9 +895,7 @@ def beta_outcome() -> tuple[str, str]:
 
 
 def _judge_beta(answer):
-    choice = answer.strip().lower()[:1] if isinstance(answer, str) else None
-    if choice not in BETA_CHOICES:
-        raise Fail("the answer", f"answer with one letter: 'a', 'b' or 'c' (you gave {answer!r})")
+    choice = _letter(answer, BETA_CHOICES)
     truth, evidence = beta_outcome()
     if choice != truth:
         raise Fail(f"choice {choice}", f"not {choice!r}: {evidence}. {BETA_CHOICES[choice]}".rstrip(". ") + ".")
