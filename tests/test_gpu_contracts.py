@@ -573,11 +573,11 @@ def test_the_benchmark_reads_the_engine_settings_vllm_keeps(version):
         assert field in ps.class_fields(ps.find_class(ps.parse("vllm", rel, version), cls)), f"{cls}.{field}"
 
 
-def test_t4_emulation_reaches_unsloth_and_vllm_where_the_benchmark_patches_them(zoo_root):
-    """emulated_card patches unsloth_zoo.vllm_utils.get_mem_info (Unsloth sizes vLLM from it) and vllm.LLM.__init__
+def test_t4_emulation_reaches_unsloth_and_vllm_where_it_patches_them(zoo_root):
+    """scripts.gpu_emulation.emulated_card patches unsloth_zoo.vllm_utils.get_mem_info (Unsloth sizes vLLM from it) and vllm.LLM.__init__
     (load_vllm builds LLM(**engine_args) with its gpu_memory_utilization); TRITON_ATTN is an attention_backend
     EngineArgs takes, and the candidate vLLM has for a card without FlashAttention (sm_75)."""
-    from scripts.benchmark_memory import T4_ATTENTION_BACKEND
+    from scripts.gpu_emulation import T4_ATTENTION_BACKEND
 
     zoo = ps.parse("unsloth_zoo", "unsloth_zoo/vllm_utils.py")
     assert any(isinstance(n, ast.FunctionDef) and n.name == "get_mem_info" for n in zoo.body)

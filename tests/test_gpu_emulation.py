@@ -1,0 +1,106 @@
+"""scripts/gpu_emulation.py: a big card told to behave like a T4. Its effect needs a GPU; what is checked here on
+CPU, with stand-ins for the modules it patches: the arithmetic, what each patch gives, and that everything is put
+back. tests/test_gpu_contracts.py checks that the patched names exist in the pinned Unsloth and vLLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.runtime import GIB
+from scripts import gpu_emulation as ge
+
+H100_GIB = 79.179
+
+
+def test_t4_emulation_caps_pytorch_and_scales_vllm_to_the_same_gib():
+    card = 79.19
+    fraction = ge.memory_fraction(14.56, card)
+    assert fraction * card == pytest.approx(14.56)
+    scaled = ge.scaled_utilization(0.3, 14.56, card)
+    assert scaled * card == pytest.approx(0.3 * 14.56)
+    assert ge.scaled_utilization(None, 14.56, card) is None
+    assert not ge.EMULATED["t4"].bf16
+    with pytest.raises(SystemExit, match="bigger card"):
+        ge.memory_fraction(14.56, 12.0)
+
+
+
+
+
+def test_emulated_mem_info_answers_as_the_smaller_card_less_what_is_used():
+    gib = GIB
+    mem_info = ge.emulated_mem_info(ge.EMULATED["t4"], lambda: (int(70 * gib), int(H100_GIB * gib)))
+    free, total = mem_info()
+    assert total == int(14.56 * gib)
+    assert free / gib == pytest.approx(14.56 - (H100_GIB - 70), abs=1e-6)
+    full = ge.emulated_mem_info(ge.EMULATED["t4"], lambda: (int(10 * gib), int(H100_GIB * gib)))
+    assert full()[0] == 0, "more used than the emulated card has: nothing free, not a negative number"
+
+
+class _FakeLLM:
+    def __init__(self, model=None, **kwargs):
+        self.kwargs = dict(model=model, **kwargs)
+
+
+def test_the_engine_gets_the_t4_backend_and_the_same_gib_of_this_card():
+    passed = {}
+    init = ge.with_emulated_engine(_FakeLLM.__init__, ge.EMULATED["t4"], H100_GIB, passed)
+    engine = _FakeLLM.__new__(_FakeLLM)
+    init(engine, model="m", gpu_memory_utilization=0.3, attention_backend="FLASH_ATTN")
+    assert engine.kwargs["attention_backend"] == "TRITON_ATTN", "Unsloth's FLASH_ATTN pin is what a T4 cannot run"
+    assert engine.kwargs["gpu_memory_utilization"] * H100_GIB == pytest.approx(0.3 * 14.56)
+    assert passed == {"gpu_memory_utilization_from_unsloth": 0.3, "attention_backend_passed": "TRITON_ATTN",
+                      "gpu_memory_utilization_passed": engine.kwargs["gpu_memory_utilization"]}
+
+
+def test_unsloth_loads_in_fp16_under_t4_emulation():
+    from helpers.config import get_preset
+    from helpers.model import unsloth_load_kwargs
+
+    preset = get_preset("t4")
+    kwargs = ge.with_load_dtype(unsloth_load_kwargs, "float16")(preset)
+    assert kwargs == {**unsloth_load_kwargs(preset), "dtype": "float16"}
+
+
+def test_emulated_card_patches_unsloth_and_vllm_only_while_loading(monkeypatch):
+    """With stand-ins for unsloth_zoo.vllm_utils and vllm (neither installs on CPU): inside, Unsloth's memory reader,
+    vLLM's engine and the kit's load arguments are the emulated ones; outside, the originals."""
+    import sys
+    import types
+
+    import torch
+
+    from helpers import model as kit_model
+
+    zoo, utils, vllm = types.ModuleType("unsloth_zoo"), types.ModuleType("unsloth_zoo.vllm_utils"), \
+        types.ModuleType("vllm")
+    utils.get_mem_info = original_mem_info = lambda: (1, 2)
+    zoo.vllm_utils, vllm.LLM = utils, _FakeLLM
+    original_init, original_kwargs = _FakeLLM.__init__, kit_model.unsloth_load_kwargs
+    for name, module in (("unsloth_zoo", zoo), ("unsloth_zoo.vllm_utils", utils), ("vllm", vllm)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(70 * GIB), int(H100_GIB * GIB)))
+    passed = {}
+    with ge.emulated_card(ge.EMULATED["t4"], H100_GIB, passed):
+        assert utils.get_mem_info()[1] == int(14.56 * GIB)
+        assert kit_model.unsloth_load_kwargs(__import__("helpers.config").config.get_preset("t4"))["dtype"] \
+            is torch.float16
+        engine = _FakeLLM(model="m", gpu_memory_utilization=0.3)
+        assert engine.kwargs["attention_backend"] == "TRITON_ATTN"
+    assert utils.get_mem_info is original_mem_info and _FakeLLM.__init__ is original_init
+    assert kit_model.unsloth_load_kwargs is original_kwargs
+    assert passed["gpu_memory_utilization_from_unsloth"] == 0.3
+    with ge.emulated_card(None, H100_GIB, passed):
+        assert "attention_backend" not in _FakeLLM(model="m").kwargs
+
+
+def test_the_kit_steps_are_told_they_run_on_the_emulated_card(monkeypatch):
+    from helpers import runtime as rt
+
+    h100 = rt.fake_runtime("h100")
+    monkeypatch.setattr(rt, "detect", lambda: rt.fake_runtime("h100", free_gpu_gb=h100.total_gpu_gb - 1.0))
+    runtime = ge.emulated_runtime(ge.EMULATED["t4"])
+    assert runtime.gpu_name.endswith("as Tesla T4") and runtime.compute_capability == (7, 5)
+    assert runtime.total_gpu_gb == 14.56 and runtime.free_gpu_gb == pytest.approx(13.56)
+    assert runtime.precision == "fp16", "the GRPOConfig a T4 gets"
+    assert ge.emulated_runtime(None) == rt.detect()
