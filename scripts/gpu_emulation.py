@@ -23,10 +23,14 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import json
+import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from unittest import mock
 
+from helpers import config
 from helpers import model as kit_model
 from helpers import runtime as rt
 from helpers.memory import MODELS
@@ -146,15 +150,93 @@ def imported(name: str):
         return None
 
 
-def emulated_runtime(emulated: EmulatedGPU | None):
-    """This machine as the kit's steps should see it: the emulated card's name, compute capability and memory."""
-    runtime = rt.detect()
+def emulated_runtime(emulated: EmulatedGPU | None, runtime: rt.Runtime | None = None):
+    """This machine (runtime: as detected; None: detected now) as the kit's steps should see it: the emulated card's
+    name, compute capability and memory."""
+    runtime = runtime if runtime is not None else rt.detect()
     if emulated is None:
         return runtime
     used = (runtime.total_gpu_gb or 0) - (runtime.free_gpu_gb or 0)
     return replace(runtime, gpu_name=f"{runtime.gpu_name} as {emulated.name}",
                    compute_capability=emulated.compute_capability, total_gpu_gb=emulated.total_gib,
                    free_gpu_gb=max(0.0, emulated.total_gib - used))
+
+
+# --------------------------------------------------------------------------------------------- in a notebook kernel
+
+_KERNEL = contextlib.ExitStack()  # what install_in_kernel put in place, for the kernel's lifetime
+
+
+def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str | None = None) -> dict:
+    """The first cell scripts/run_lesson_on_gpu.py puts before a lesson: from here on, this kernel is on the emulated
+    card (kind: a key of EMULATED; None: the real machine) and a GPU preset loads model_dir (the random-weight
+    model) instead of its own model name. cells: a JSON-lines file that gets each cell's seconds and peak memory.
+    Returns what reached the engine (filled in when the model loads)."""
+    passed: dict = {}
+    if cells:
+        record_cells(Path(cells))
+    if model_dir:
+        get_preset = config.get_preset
+
+        def with_model_dir(name, **overrides):
+            preset = get_preset(name, **overrides)
+            return preset.with_overrides(model_name=model_dir) if preset.backend == "unsloth" else preset
+
+        _KERNEL.enter_context(mock.patch.object(config, "get_preset", with_model_dir))
+    if kind is None:
+        return passed
+    emulated = EMULATED[kind]
+    rt.import_unsloth()  # Unsloth first, as the setup cell would (the patches below import torch)
+    import torch
+
+    card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
+    torch.cuda.set_per_process_memory_fraction(memory_fraction(emulated.total_gib, card_gib), 0)
+    detect = rt.detect
+    _KERNEL.enter_context(mock.patch.object(rt, "detect", lambda: emulated_runtime(emulated, detect())))
+    _KERNEL.enter_context(emulated_card(emulated, card_gib, passed))
+    return passed
+
+
+def record_cells(path: Path, shell=None) -> None:
+    """After each cell: its seconds and, with CUDA, PyTorch's peak allocated and reserved GiB in it and the
+    device's used GiB at its end, appended to path as a JSON line (IPython's pre/post_run_cell events)."""
+    shell = shell if shell is not None else _ipython()
+    state = {"n": 0, "t": time.perf_counter()}  # the cell that registers the recorder is the first one timed
+
+    def before(*_):
+        state["t"] = time.perf_counter()
+        if (torch := _cuda_torch()) is not None:
+            torch.cuda.reset_peak_memory_stats()
+
+    def after(result):
+        state["n"] += 1
+        row = {"cell": state["n"], "seconds": round(time.perf_counter() - state["t"], 2),
+               "ok": bool(getattr(result, "success", True))}
+        if (torch := _cuda_torch()) is not None:
+            free, total = torch.cuda.mem_get_info()
+            row.update(allocated_peak_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
+                       reserved_peak_gib=round(torch.cuda.max_memory_reserved() / GIB, 3),
+                       device_used_gib=round((total - free) / GIB, 3))
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    shell.events.register("pre_run_cell", before)
+    shell.events.register("post_run_cell", after)
+
+
+def _ipython():
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("install_in_kernel(cells=...) records notebook cells: run it inside a Jupyter kernel")
+    return shell
+
+
+def _cuda_torch():
+    """torch, where it is imported already and CUDA started (the recorder never starts either)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
 
 # --------------------------------------------------------------------------------------------- random weights
