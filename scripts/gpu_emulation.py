@@ -60,6 +60,15 @@ def memory_fraction(target_gib: float, card_gib: float) -> float:
     return target_gib / card_gib
 
 
+def cap_memory(emulated: EmulatedGPU, card_gib: float) -> float:
+    """Cap PyTorch at the emulated card's memory on this card; returns the fraction set."""
+    import torch
+
+    fraction = memory_fraction(emulated.total_gib, card_gib)
+    torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    return fraction
+
+
 def scaled_utilization(utilization: float | None, target_gib: float, card_gib: float) -> float | None:
     """vLLM reserves utilization x the whole card; the fraction of this card that reserves the same GiB as on the
     emulated one."""
@@ -167,34 +176,27 @@ def emulated_runtime(emulated: EmulatedGPU | None, runtime: rt.Runtime | None = 
 _KERNEL = contextlib.ExitStack()  # what install_in_kernel put in place, for the kernel's lifetime
 
 
-def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str | None = None) -> dict:
+def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str | None = None) -> None:
     """The first cell scripts/run_lesson_on_gpu.py puts before a lesson: from here on, this kernel is on the emulated
     card (kind: a key of EMULATED; None: the real machine) and a GPU preset loads model_dir (the random-weight
-    model) instead of its own model name. cells: a JSON-lines file that gets each cell's seconds and peak memory.
-    Returns what reached the engine (filled in when the model loads)."""
-    passed: dict = {}
+    model) instead of its own model name. cells: a JSON-lines file that gets each cell's seconds and peak memory."""
     if cells:
         record_cells(Path(cells))
     if model_dir:
         get_preset = config.get_preset
-
-        def with_model_dir(name, **overrides):
-            preset = get_preset(name, **overrides)
-            return preset.with_overrides(model_name=model_dir) if preset.backend == "unsloth" else preset
-
-        _KERNEL.enter_context(mock.patch.object(config, "get_preset", with_model_dir))
+        _KERNEL.enter_context(mock.patch.object(
+            config, "get_preset", lambda name, **overrides: on_random_weights(get_preset(name, **overrides), model_dir)))
     if kind is None:
-        return passed
+        return
     emulated = EMULATED[kind]
     rt.import_unsloth()  # Unsloth first, as the setup cell would (the patches below import torch)
     import torch
 
     card_gib = torch.cuda.get_device_properties(0).total_memory / GIB
-    torch.cuda.set_per_process_memory_fraction(memory_fraction(emulated.total_gib, card_gib), 0)
+    cap_memory(emulated, card_gib)
     detect = rt.detect
     _KERNEL.enter_context(mock.patch.object(rt, "detect", lambda: emulated_runtime(emulated, detect())))
-    _KERNEL.enter_context(emulated_card(emulated, card_gib, passed))
-    return passed
+    _KERNEL.enter_context(emulated_card(emulated, card_gib, passed={}))
 
 
 def record_cells(path: Path, shell=None) -> None:
@@ -274,6 +276,12 @@ def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> P
     tokenizer.save_pretrained(folder)
     del model
     return folder
+
+
+def on_random_weights(preset, folder):
+    """The preset loading the random-weight model in folder, where it is a GPU preset (the cpu preset's embedded model
+    is real and small)."""
+    return preset.with_overrides(model_name=str(folder)) if preset.backend == "unsloth" else preset
 
 
 def _qwen_tokenizer_dir() -> Path:
