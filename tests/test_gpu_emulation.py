@@ -104,3 +104,32 @@ def test_the_kit_steps_are_told_they_run_on_the_emulated_card(monkeypatch):
     assert runtime.total_gpu_gb == 14.56 and runtime.free_gpu_gb == pytest.approx(13.56)
     assert runtime.precision == "fp16", "the GRPOConfig a T4 gets"
     assert ge.emulated_runtime(None) == rt.detect()
+
+
+def test_the_emulation_makes_vllm_follow_the_colab_pins_rules_unless_the_user_chose():
+    """vLLM 0.25.1 counts CUDA graphs inside gpu_memory_utilization and runs Qwen2 on Model Runner V2; the Colab pin
+    (0.19.1) does neither. The emulation sets both back where the user has not, and says who set each."""
+    environ = {"VLLM_USE_V2_MODEL_RUNNER": "1", "PATH": "/bin"}
+    rules = ge.mirror_colab_vllm(environ)
+    assert rules == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": {"value": "0", "set_by": "emulation"},
+                     "VLLM_USE_V2_MODEL_RUNNER": {"value": "1", "set_by": "user"}}
+    assert environ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] == "0" and environ["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    environ["UNSLOTH_VLLM_STANDBY"] = "1"
+    assert ge.vllm_environment(environ) == {"UNSLOTH_VLLM_STANDBY": "1", "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0",
+                                            "VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+def test_a_random_model_folder_is_reused_only_when_it_holds_the_same_model(tmp_path):
+    import json
+
+    from helpers.memory import MODELS
+
+    a = MODELS["qwen2.5-1.5b"]
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"hidden_size": a.hidden_size, "num_hidden_layers": a.num_layers, "vocab_size": a.vocab_size}))
+    assert ge.random_model_folder("qwen2.5-1.5b", tmp_path, None) == tmp_path, "reused, nothing written"
+    other = next(k for k, m in MODELS.items() if m.hidden_size != a.hidden_size)
+    with pytest.raises(SystemExit, match="holds another model.*Fix"):
+        ge.random_model_folder(other, tmp_path, None)
+    default = ge.default_random_model_dir("qwen2.5-1.5b")
+    assert default.name == "qwen2.5-1.5b" and default.parent.name == "grpo-kit-random-model"

@@ -54,3 +54,48 @@ def test_in_the_kernel_a_gpu_preset_loads_the_random_weight_model(tmp_path):
     finally:
         ge._KERNEL.close()
     assert config.get_preset("t4").model_name != str(tmp_path)
+
+
+def test_the_random_weight_model_is_never_written_under_out(tmp_path):
+    """The model is 3 GB and --out holds what comes back from the GPU machine: a folder inside --out (or --out
+    itself, or a link resolving there) is refused with the fix; the default lies outside."""
+    out = (tmp_path / "out").resolve()
+    for inside in (out / "random-model", out):
+        with pytest.raises(SystemExit, match="inside --out.*Fix: a --random-model-dir outside"):
+            runner.model_folder_outside(inside, "qwen2.5-1.5b", out)
+    (tmp_path / "rm").mkdir()
+    out.mkdir()
+    (out / "random-model").symlink_to(tmp_path / "rm")
+    assert runner.model_folder_outside(out / "random-model", "qwen2.5-1.5b", out) == (tmp_path / "rm").resolve()
+    default = runner.model_folder_outside(None, "qwen2.5-1.5b", out)
+    assert default == ge.default_random_model_dir("qwen2.5-1.5b").resolve() and out not in default.parents
+
+
+def test_random_model_dir_reuses_the_benchmarks_model(monkeypatch, tmp_path):
+    """--random-model-dir DIR: the kernel loads DIR's model (written by the benchmark, reused), and nothing of it is
+    under --out; the record says which folder and the VLLM_*/UNSLOTH_* variables the kernel started with."""
+    import papermill
+
+    written = []
+
+    def reuse(key, folder, tokenizer):
+        written.append((key, folder))
+        return folder
+
+    def execute(source, executed, **kw):
+        nbformat.write(nbformat.read(source, as_version=4), executed)
+
+    monkeypatch.setattr(runner, "random_model_folder", reuse)
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setenv("UNSLOTH_VLLM_STANDBY", "0")
+    out, model = tmp_path / "out", tmp_path / "rm"
+    assert runner.main(["01_setup", "--random-weights", "--random-model-dir", str(model), "--out", str(out)]) == 0
+    assert written == [("qwen2.5-1.5b", model.resolve())]
+    record = json.loads((out / "01_setup.json").read_text())
+    assert record["random_model_dir"] == str(model.resolve()) and record["environment"]["UNSLOTH_VLLM_STANDBY"] == "0"
+    first = nbformat.read(out / "01_setup.in.ipynb", as_version=4).cells[0].source
+    assert f"model_dir={str(model.resolve())!r}" in first
+    assert sorted(p.name for p in out.iterdir()) == ["01_setup.in.ipynb", "01_setup.json", "01_setup.out.ipynb"]
+    with pytest.raises(SystemExit, match="inside --out"):
+        runner.main(["01_setup", "--random-weights", "--random-model-dir", str(out / "rm"), "--out", str(out)])
+    assert written == [("qwen2.5-1.5b", model.resolve())], "refused before any model is written"
