@@ -1,15 +1,63 @@
 """Command-line flags generated from dataclass fields: one flag per field, its type read from the annotation and its
 help from the field's metadata. `python -m helpers.train` and `python -m helpers.memory` share it, so a Preset
-field has the same flag everywhere (e.g. `--per-device-train-batch-size`, alias `--batch-size`)."""
+field has the same flag everywhere (e.g. `--per-device-train-batch-size`, alias `--batch-size`). Every flag also
+takes its underscore spelling (`--max_steps`, as TRL's and transformers' scripts write them)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
 import typing
 from dataclasses import MISSING, Field, fields
 from pathlib import Path
 
-FLAG_ALIASES = {"per_device_train_batch_size": ["--batch-size"]}  # short names kept from earlier versions
+from helpers.config import PRESETS
+
+FLAG_ALIASES = {
+    "per_device_train_batch_size": ["--batch-size"],  # short names kept from earlier versions
+    "run_dir": ["--output-dir"],  # TRL/transformers' output_dir: where the run's files go
+    "keep": ["--save-total-limit"],  # transformers' save_total_limit: how many checkpoints are kept
+}
+PRESET_COLUMNS = ("cpu", "t4")  # the presets whose values --help shows for each preset field
+
+
+METAVARS = {int: "N", float: "X", str: "TEXT"}  # short placeholders keep --help's lines short
+
+
+class KitArgumentParser(argparse.ArgumentParser):
+    """argparse that also takes each flag's underscore spelling: `--max_steps 2` as `--max-steps 2`; --help
+    lines up to 120 columns wide."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(
+            prog, max_help_position=36, width=min(120, shutil.get_terminal_size().columns)))
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args([self._dashed(a) for a in (sys.argv[1:] if args is None else args)],
+                                        namespace)
+
+    def _dashed(self, arg: str) -> str:
+        if not arg.startswith("--") or "_" not in arg:
+            return arg
+        flag, eq, value = arg.partition("=")
+        dashed = flag.replace("_", "-")
+        return dashed + eq + value if dashed in self._option_string_actions else arg
+
+
+def _path(text: str) -> Path:
+    return Path(text).expanduser()  # `--run-dir ~/x` is a folder in your home, not one named "~"
+
+
+def preset_values(name: str) -> str:
+    """The cpu and t4 presets' value of a field, for --help: "(cpu: 40, t4: 250)", or "(cpu, t4: 1)" when equal."""
+    values = [getattr(PRESETS[p], name) for p in PRESET_COLUMNS]
+    shown = [",".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values]
+    shown = [v if len(v) <= 40 else v[:37] + "..." for v in shown]
+    if len(set(shown)) == 1:
+        return f"({', '.join(PRESET_COLUMNS)}: {shown[0]})"
+    return "(" + ", ".join(f"{p}: {v}" for p, v in zip(PRESET_COLUMNS, shown)) + ")"
 
 
 def flag_of(name: str) -> str:
@@ -38,7 +86,7 @@ def add_field_flag(ap, f: Field, hint, default_is_preset: bool, prog: str = "the
     (the caller fills in only the flags given); otherwise the field's own default."""
     help_text = f.metadata.get("help", "")
     if default_is_preset:
-        help_text += " (default: the preset's)"
+        help_text += " " + preset_values(f.name)
     elif f.default not in (MISSING, None, (), False):
         help_text += f" (default: {f.default})"
     flags = [flag_of(f.name), *FLAG_ALIASES.get(f.name, [])]
@@ -50,12 +98,12 @@ def add_field_flag(ap, f: Field, hint, default_is_preset: bool, prog: str = "the
         ap.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
     elif typing.get_origin(base) is tuple:
         ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
-                        help=help_text)
+                        metavar="A,B", help=help_text)
     elif base is Path:
-        ap.add_argument(*flags, dest=f.name, type=Path, default=default, help=help_text)
+        ap.add_argument(*flags, dest=f.name, type=_path, default=default, metavar="DIR", help=help_text)
     elif base in (int, float, str):
         kind = _none_or(base) if optional else base
-        ap.add_argument(*flags, dest=f.name, type=kind, default=default,
+        ap.add_argument(*flags, dest=f.name, type=kind, default=default, metavar=METAVARS[base],
                         help=help_text + (" ('none' to unset)" if optional else ""))
     else:  # a new field type: say so here rather than drop the field from the command line
         raise TypeError(f"{prog} cannot make a flag for {f.name}: {hint}")

@@ -7,11 +7,32 @@ A preset holds every number a run depends on, so a notebook, the CLI and the tes
 from __future__ import annotations
 
 import functools
+import math
+import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
 
+from helpers.data import LEVELS
 from helpers.runtime import Runtime
 
+# The linear layers of the architectures the presets train: SmolLM2 (cpu) is a Llama, Qwen2.5 (t4, multi-GPU) a
+# Qwen2, and both name them the same. peft's "all-linear" shorthand is not offered: it works only as a plain string,
+# and helpers.model passes peft (and Unsloth) a list of names, which the memory model also counts by name.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# transformers.trainer_utils.SchedulerType values a GRPO run can use as the preset sets it (tests/test_config.py
+# checks them against the pinned transformers). Left out: reduce_lr_on_plateau and greedy (they step on an
+# evaluation metric; GRPOTrainer runs no evaluation), cosine_with_min_lr, cosine_warmup_with_min_lr and
+# warmup_stable_decay (they need lr_scheduler_kwargs, which no preset field sets).
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt")
+# transformers.training_args.OptimizerNames values: those plain PyTorch runs anywhere, then bitsandbytes' (a GPU).
+# Left out: optimizers that need a package the kit does not install (GaLore, APOLLO, LOMO, torchao, schedule-free,
+# grokadamw, torch-optimi, anyprecision) or another accelerator (XLA, NPU).
+TORCH_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
+BNB_OPTIMIZERS = ("adamw_bnb_8bit", "adamw_8bit", "ademamix", "ademamix_8bit", "lion_8bit", "lion_32bit",
+                  "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+                  "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit")
+OPTIMIZERS = TORCH_OPTIMIZERS + BNB_OPTIMIZERS
 
 
 def _knob(default=MISSING, help: str = "", **kw):
@@ -113,7 +134,7 @@ class Preset:
         unknown = sorted(set(changes) - valid)
         if unknown:
             raise PresetError(f"unknown preset field(s) {unknown}; valid fields: {sorted(valid)}")
-        return replace(self, **changes)
+        return replace(self, **typed_fields(Preset, changes))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,6 +142,67 @@ class Preset:
 
 class PresetError(ValueError):
     """A preset setting that cannot work; the message names the field and the fix."""
+
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _kind_of(value) -> str:
+    return f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
+
+
+def _parsed(kind, value):
+    """value as `kind` (bool, int, float, str, Path), text parsed; raise ValueError when it is not one."""
+    if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    if kind is Path and isinstance(value, (str, Path)):
+        return Path(value).expanduser()
+    if kind in (int, float) and isinstance(value, str):
+        return kind(value.strip())
+    ok = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[kind]
+    if not isinstance(value, ok) or (kind is not bool and isinstance(value, bool)):
+        raise ValueError(value)
+    return value
+
+
+def typed_value(name: str, value, hint):
+    """A field's value as its annotated type: text (a notebook parameter from papermill -p, a YAML string) parsed,
+    lists made tuples, paths expanded; anything else raises PresetError naming the field and the fix."""
+    args = typing.get_args(hint)
+    if value is None and (hint is type(None) or type(None) in args):
+        return None
+    if type(None) in args:
+        hint = next(a for a in args if a is not type(None))
+    try:
+        if typing.get_origin(hint) is tuple:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)):
+                raise ValueError(value)
+            kind = typing.get_args(hint)[0]
+            return tuple(_parsed(kind, x.strip() if isinstance(x, str) else x) for x in items
+                         if not (isinstance(x, str) and not x.strip()))
+        return _parsed(hint, value)
+    except ValueError:
+        raise _type_error(name, value, hint) from None
+
+
+def _type_error(name: str, value, hint) -> PresetError:
+    """The refusal of a value of the wrong type; `.field` and `.example` let the notebook's setup cell add the
+    parameter a student typed (helpers.notebook_setup.prepare)."""
+    kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
+        {bool: "True or False", int: "a whole number", float: "a number", str: "text",
+         Path: "a folder path"}.get(hint, str(hint))
+    example = _example(name)
+    fix = f"give {kind}" + (f", e.g. {name}={example!r}" if example is not None else "")
+    err = PresetError(f"{name}={value!r}: is {_kind_of(value)}, not {kind}. Fix: {fix}.")
+    err.field, err.example = name, example
+    return err
+
+
+def typed_fields(cls, values: dict) -> dict:
+    """typed_value for each of `values`, a dict of `cls`'s fields (Preset, RunOptions)."""
+    hints = typing.get_type_hints(cls)
+    return {name: typed_value(name, value, hints[name]) for name, value in values.items()}
 
 
 # Shared by the GSM8K recipes (t4 and the multi-GPU ones): the same data and the optimizer schedule of Unsloth's
@@ -299,7 +381,10 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
     per_device_train_batch_size x num_processes x gradient_accumulation_steps.
     runtime: the machine (None: only what holds on any machine is checked).
     """
+    check_types(preset)
+    _check_finite(preset)
     _check_recipe(preset, num_processes)
+    _check_numbers_and_names(preset)
     if preset.backend == "trl-vllm":
         _check_trl_vllm(preset, num_processes)
     _check_data_and_unused_settings(preset)
@@ -309,6 +394,70 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
 
 def _refuse(p: Preset, field_name: str, problem: str, fix: str):
     raise PresetError(f"{field_name}={getattr(p, field_name)!r}: {problem}. Fix: {fix}.")
+
+
+def check_types(obj) -> None:
+    """Each field of a dataclass (Preset, RunOptions) holds its annotated type: one built by hand with text in it
+    (a notebook parameter from papermill -p) would otherwise fail deep inside TRL, after the model loaded."""
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        value = getattr(obj, name)
+        typed = typed_value(name, value, hint)
+        if isinstance(value, str) and typed is not value and not isinstance(typed, Path):  # text that needs parsing
+            raise _type_error(name, value, hint)
+
+
+def _example(name: str):
+    """A preset's own value of a field (the cpu preset's first) for a message's "e.g.", or None."""
+    return next((v for v in (getattr(p, name, None) for p in globals().get("PRESETS", {}).values())
+                 if v is not None), None)
+
+
+def _finite_problem(name: str, value) -> tuple[str, str, str] | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return name, "is not a finite number (NaN or infinity would train on NaN or random tokens)", \
+            f"give a finite number, e.g. {name}={_example(name)!r}"
+    return None
+
+
+def _check_finite(p: Preset) -> None:
+    """Every number field finite: `--beta nan` trained an adapter of NaNs with exit 0 before this."""
+    for name, hint in typing.get_type_hints(Preset).items():
+        if float in (hint, *typing.get_args(hint)) and (found := _finite_problem(name, getattr(p, name))):
+            _refuse(p, *found)
+
+
+def _check_numbers_and_names(p: Preset) -> None:
+    """Ranges, the names TRL/transformers/peft accept, and logging vs max_steps."""
+    bad = functools.partial(_refuse, p)
+    for name in ("train_size", "eval_size"):
+        if found := whole_number_problem(name, getattr(p, name)):
+            bad(*found)
+    if not 0 <= p.seed < 2**32:
+        bad("seed", "must be between 0 and 2**32 - 1 (numpy's seed range)", "use e.g. 0, 1 or 2")
+    if p.warmup_steps < 0:
+        bad("warmup_steps", "cannot be negative", "use 0 (no warm-up) or a few steps, e.g. 10")
+    if p.weight_decay < 0:
+        bad("weight_decay", "cannot be negative", "use 0.0 or a small value such as 0.1")
+    if not p.max_grad_norm > 0:
+        bad("max_grad_norm", "must be positive (it is the norm gradients are clipped to)", "use e.g. 1.0 or 0.1")
+    if not p.vllm_server_timeout > 0:
+        bad("vllm_server_timeout", "must be a positive number of seconds", "use e.g. 240")
+    if not p.synthetic_levels or not set(p.synthetic_levels) <= set(LEVELS):
+        bad("synthetic_levels", f"the synthetic dataset has levels {', '.join(map(str, LEVELS))}",
+            "give some of them, comma-separated, e.g. --synthetic-levels 1,2")
+    if p.lr_scheduler_type not in LR_SCHEDULERS:
+        bad("lr_scheduler_type", "is not a learning-rate schedule the kit can run (transformers' SchedulerType)",
+            f"use one of {', '.join(LR_SCHEDULERS)}")
+    if p.optim not in OPTIMIZERS:
+        bad("optim", "is not an optimizer the kit can run (transformers' OptimizerNames, without extra packages)",
+            f"use one of {', '.join(TORCH_OPTIMIZERS)} (any machine) or {', '.join(BNB_OPTIMIZERS)} (GPU)")
+    if unknown := [m for m in p.lora_target_modules if m not in LORA_TARGETS] or (
+            not p.lora_target_modules and ["no layer"]):
+        bad("lora_target_modules", f"{', '.join(unknown)}: not a layer of the Llama/Qwen2 models the presets train",
+            f"use some of {', '.join(LORA_TARGETS)} (comma-separated)")
+    if p.logging_steps > p.max_steps:
+        bad("logging_steps", f"is more than max_steps ({p.max_steps}): nothing would be logged, so there would be "
+            "no metrics, curve or dashboard", f"use a value <= {p.max_steps}, e.g. 1")
 
 
 def _check_recipe(p: Preset, num_processes: int) -> None:
@@ -399,8 +548,9 @@ def _check_runtime(p: Preset, runtime: Runtime) -> None:
             f"preset {p.name!r} needs an NVIDIA GPU (Unsloth + vLLM) and this machine has none. Fix: on Colab "
             "choose Runtime > Change runtime type > T4 GPU; on a CPU machine use --preset cpu."
         )
-    if p.optim.endswith("8bit") and not runtime.has_gpu:
-        bad("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on CPU")
+    if p.optim in BNB_OPTIMIZERS and not runtime.has_gpu:
+        bad("optim", "8-bit optimizers (and the other bitsandbytes ones: paged, lion, ...) need a GPU",
+            "use adamw_torch on CPU")
 
 
 # Where each Preset field takes effect. Every field is also written to the run's config.json.
@@ -443,8 +593,9 @@ def refuse_unused_settings(p: Preset) -> None:
         if p.gpu_memory_utilization is not None:
             refuse("gpu_memory_utilization", "it is vLLM's share of a GPU and the cpu backend runs no vLLM",
                    "leave it None on the cpu backend (on a GPU preset it sets vLLM's reservation)")
-        if p.optim.endswith("8bit"):
-            refuse("optim", "8-bit optimizers (bitsandbytes) need a GPU", "use adamw_torch on the cpu backend")
+        if p.optim in BNB_OPTIMIZERS:
+            refuse("optim", "8-bit optimizers (and the other bitsandbytes ones: paged, lion, ...) need a GPU",
+                   "use adamw_torch on the cpu backend")
     if p.backend == "trl-vllm":
         for name in ("load_in_4bit", "fast_inference"):
             if getattr(p, name):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,22 @@ def colab_badge(notebook: str | os.PathLike) -> str:
 # The names SETUP_CELL reads from the parameters cell.
 SETUP_CELL_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "RUN_DIR", "MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS",
                          "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS")
+
+
+def notebook_parameters() -> dict[str, str]:
+    """{preset field: the parameter the setup cell passes as it}, read from SETUP_CELL itself
+    (`eval_size=EVAL_SIZE, per_device_train_batch_size=BATCH_SIZE, ...`)."""
+    return dict(re.findall(r"(\w+)=([A-Z][A-Z0-9_]+)\b", SETUP_CELL))
+
+
+def _with_parameter(err):
+    """A preset refusal of a value a student typed in the parameters cell also names that parameter."""
+    parameter = notebook_parameters().get(getattr(err, "field", None))
+    if parameter is None:
+        return err
+    shown = repr(err.example) if err.example is not None else "..."
+    return type(err)(f"{err} (in the notebook's parameters cell: {parameter} = {shown}; with papermill: "
+                     f"-p {parameter} {shown})")
 
 
 # ------------------------------------------------------------------------------------- the Colab design
@@ -470,7 +487,7 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     Raises helpers.runtime.RuntimeProblem / helpers.config.PresetError with the fix in the message.
     """
     # here, not at the top: this module imports only the standard library (and helpers.runtime) until the install
-    from helpers.config import get_preset, precision_flags
+    from helpers.config import PresetError, get_preset, precision_flags
     from helpers.run import guard
 
     needs_gpu = lesson_needs_gpu(lesson)
@@ -481,7 +498,10 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     if runtime.on_colab and not runtime.has_gpu and needs_gpu and not preset_name:
         raise rt.RuntimeProblem(rt.NO_GPU_ON_COLAB)
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    preset = get_preset(resolve_preset_name(preset_name, runtime, lesson), **overrides)
+    try:
+        preset = get_preset(resolve_preset_name(preset_name, runtime, lesson), **overrides)
+    except PresetError as err:
+        raise _with_parameter(err) from None
     # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads; Unsloth first.
     warnings = guard.check_before_loading(preset, runtime)
     want_gpu = preset.backend == "unsloth"

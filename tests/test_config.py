@@ -100,3 +100,106 @@ def test_the_vllm_fields_of_the_other_backends_are_still_refused_and_allowed():
     with pytest.raises(PresetError, match=r"vllm_mode='server' cannot apply: it configures TRL's own vLLM"):
         validate(get_preset("t4", vllm_mode="server"), fake_runtime("t4"))
     validate(get_preset("8xh100-qwen7b-lora"), num_processes=6)
+
+
+@pytest.mark.parametrize("name", ["beta", "temperature", "learning_rate", "weight_decay", "max_grad_norm",
+                                  "vllm_server_timeout"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinity_are_refused_in_every_number_field(name, bad):
+    """`--beta nan` trained an adapter of NaNs with exit 0; `--temperature inf` sampled random tokens."""
+    with pytest.raises(PresetError, match=rf"^{name}=.*not a finite number.*Fix: give a finite number"):
+        validate(get_preset("cpu", **{name: bad}), fake_runtime("cpu"))
+
+
+def test_nan_gpu_memory_utilization_is_refused_with_a_real_example():
+    with pytest.raises(PresetError, match=r"gpu_memory_utilization=nan: .*e\.g\. gpu_memory_utilization=0\.3"):
+        validate(get_preset("t4", gpu_memory_utilization=float("nan")), fake_runtime("t4"))
+
+
+@pytest.mark.parametrize("overrides,field,fix", [
+    (dict(seed=-1), "seed", "0, 1 or 2"),
+    (dict(seed=2**32), "seed", "0, 1 or 2"),
+    (dict(warmup_steps=-1), "warmup_steps", "no warm-up"),
+    (dict(weight_decay=-0.1), "weight_decay", "0.0"),
+    (dict(max_grad_norm=0.0), "max_grad_norm", "1.0"),
+    (dict(temperature=-1.0), "temperature", "0.7-1.0"),
+    (dict(synthetic_levels=(99,)), "synthetic_levels", "levels 1, 2, 3"),
+    (dict(synthetic_levels=()), "synthetic_levels", "levels 1, 2, 3"),
+    (dict(lr_scheduler_type="bogus"), "lr_scheduler_type", "cosine"),
+    (dict(lr_scheduler_type="reduce_lr_on_plateau"), "lr_scheduler_type", "constant_with_warmup"),
+    (dict(optim="adamw_tourch"), "optim", "adamw_torch"),
+    (dict(lora_target_modules=("nope_proj",)), "lora_target_modules", "q_proj, k_proj, v_proj"),
+    (dict(lora_target_modules=("q_proj", "c_attn")), "lora_target_modules", "q_proj, k_proj, v_proj"),
+    (dict(lora_target_modules=()), "lora_target_modules", "q_proj"),
+    (dict(logging_steps=5, max_steps=2), "logging_steps", "<= 2"),
+    (dict(eval_size=0), "eval_size", "positive integer"),
+])
+def test_ranges_names_and_combinations_are_refused_before_loading(overrides, field, fix):
+    """Each of these failed only after the model loaded and the first evaluation ran (issue 35)."""
+    with pytest.raises(PresetError) as err:
+        validate(get_preset("cpu", **overrides), fake_runtime("cpu"))
+    assert str(err.value).startswith(field + "=") and fix in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_every_lr_scheduler_and_optimizer_the_kit_accepts_is_one_transformers_has():
+    """Contract with the pinned transformers: the tuples in helpers.config (no transformers import to validate) are
+    its enums' values, and what they leave out is exactly what the comment there says cannot run."""
+    from transformers.trainer_utils import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    schedulers = {s.value for s in SchedulerType}
+    assert set(config.LR_SCHEDULERS) <= schedulers
+    assert schedulers - set(config.LR_SCHEDULERS) == {"reduce_lr_on_plateau", "greedy", "cosine_with_min_lr",
+                                                      "cosine_warmup_with_min_lr", "warmup_stable_decay"}
+    optimizers = {o.value for o in OptimizerNames}
+    assert set(config.OPTIMIZERS) <= optimizers and len(set(config.OPTIMIZERS)) == len(config.OPTIMIZERS)
+    left_out = optimizers - set(config.OPTIMIZERS)
+    assert all(any(k in name for k in ("galore", "apollo", "lomo", "torch_4bit", "torch_8bit", "schedule_free",
+                                       "grokadamw", "stable_adamw", "anyprecision", "xla", "npu"))
+               for name in left_out), left_out
+
+
+def test_each_kept_scheduler_builds_without_extra_arguments():
+    """The schedules kept need no lr_scheduler_kwargs and no evaluation metric: transformers builds each one."""
+    import torch
+    from transformers.optimization import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    for name in config.LR_SCHEDULERS:
+        get_scheduler(name, optimizer, num_warmup_steps=1, num_training_steps=10)
+
+
+def test_lora_targets_are_the_layers_of_the_presets_architectures():
+    """The cpu preset's SmolLM2 is a Llama; Qwen2 names its layers the same: every LORA_TARGETS name is a module."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tiny = dict(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=32)
+    for model in (LlamaForCausalLM(LlamaConfig(**tiny)), Qwen2ForCausalLM(Qwen2Config(**tiny))):
+        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        assert set(config.LORA_TARGETS) <= names
+
+
+def test_text_from_a_notebook_parameter_is_parsed_or_refused_with_the_parameter_name():
+    """papermill -p EVAL_SIZE ten gives the string 'ten': refused naming the field and the fix (the setup cell adds
+    the notebook parameter: tests/test_guard.py); '10' (papermill -r) is parsed; a YAML list becomes a tuple."""
+    with pytest.raises(PresetError, match=r"eval_size='ten': is the text 'ten', not a whole number\. Fix: give a "
+                                          r"whole number, e\.g\. eval_size=50"):
+        get_preset("cpu", eval_size="ten")
+    with pytest.raises(PresetError, match=r"per_device_train_batch_size=2\.5: is a float.*e\.g\. "
+                                          r"per_device_train_batch_size=8"):
+        get_preset("cpu", per_device_train_batch_size=2.5)
+    with pytest.raises(PresetError, match=r"worked_example='maybe': .*True or False"):
+        get_preset("cpu", worked_example="maybe")
+    p = get_preset("cpu", eval_size="10", beta="0.04", worked_example="false", lora_target_modules=["q_proj"],
+                   synthetic_levels="1,2")
+    assert (p.eval_size, p.beta, p.worked_example, p.lora_target_modules, p.synthetic_levels) == \
+        (10, 0.04, False, ("q_proj",), (1, 2))
+    validate(p, fake_runtime("cpu"))
+
+
+def test_a_preset_built_by_hand_with_text_in_a_number_field_is_refused():
+    from dataclasses import replace
+
+    with pytest.raises(PresetError, match=r"^max_steps='2': is the text '2', not a whole number"):
+        validate(replace(get_preset("cpu"), max_steps="2"))

@@ -281,21 +281,31 @@ json.dump({"transformers": "transformers" in sys.modules, "trl": "trl" in sys.mo
 '''
 
 
-def test_python_m_helpers_train_imports_unsloth_before_transformers(tmp_path):
-    """The GPU entry point, run as students run it; a stand-in unsloth records what was imported before it."""
-    (tmp_path / "fake" / "unsloth").mkdir(parents=True)
+def _train_with_fake_unsloth(tmp_path, argv, gpu: bool):
+    """`python -m helpers.train ARGV` as students run it, a stand-in unsloth recording what was imported before it;
+    gpu=True: on a machine that detect() reports as a T4 (this one has no GPU)."""
+    (tmp_path / "fake" / "unsloth").mkdir(parents=True, exist_ok=True)
     (tmp_path / "fake" / "unsloth" / "__init__.py").write_text(FAKE_UNSLOTH)
     record = tmp_path / "record.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)]),
            "FAKE_UNSLOTH_RECORD": str(record)}
     for var in rt.ALLOC_CONF_VARS:
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "t4", "--run-dir", str(tmp_path / "run")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert record.is_file(), f"unsloth was never imported:\n{proc.stderr[-2000:]}"
-    seen = json.loads(record.read_text())
-    assert seen == {"transformers": False, "trl": False, "alloc_conf": "expandable_segments:True"}
-    assert proc.returncode == 2 and "needs an NVIDIA GPU" in proc.stderr  # this machine has none: said clearly
+    fake_gpu = "import helpers.runtime as rt; rt.detect = lambda: rt.fake_runtime('t4'); " if gpu else ""
+    code = f"import sys; {fake_gpu}from helpers import train; sys.exit(train.main({argv!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, (json.loads(record.read_text()) if record.is_file() else None)
+
+
+def test_python_m_helpers_train_imports_unsloth_before_transformers(tmp_path):
+    """The GPU entry point: every value is checked first (no library imported), then Unsloth comes before
+    transformers and TRL, with the allocator set before CUDA starts."""
+    argv = ["--preset", "t4", "--run-dir", str(tmp_path / "run")]
+    proc, seen = _train_with_fake_unsloth(tmp_path, argv, gpu=True)
+    assert seen == {"transformers": False, "trl": False, "alloc_conf": "expandable_segments:True"}, proc.stderr[-2000:]
+    proc, seen = _train_with_fake_unsloth(tmp_path / "cpu", argv, gpu=False)
+    assert proc.returncode == 2 and "needs an NVIDIA GPU" in proc.stderr  # this machine has none: said clearly,
+    assert seen is None  # before Unsloth (or anything heavy) is imported
 
 
 def test_memory_monitor_module_does_not_import_transformers():

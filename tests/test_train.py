@@ -22,7 +22,18 @@ def test_impossible_setting_fails_fast_with_the_field_name(tmp_path):
     start = time.time()
     r = _cli("--preset", "cpu", "--num-generations", "3", "--run-dir", str(tmp_path / "r"))
     assert r.returncode == 2 and "per_device_train_batch_size=" in r.stderr and "multiple of 3" in r.stderr
-    assert time.time() - start < 60 and not (tmp_path / "r").exists()  # refused before creating anything
+    assert time.time() - start < 10 and not (tmp_path / "r").exists()  # refused before TRL loads, nothing created
+
+
+def test_a_refused_command_leaves_nothing_so_the_corrected_one_is_not_other_settings(tmp_path):
+    """Late failures used to write config.json first, and then refused the corrected command as "other settings"
+    (issue 35): a refusal now comes before the run folder exists."""
+    from helpers import train
+
+    run = tmp_path / "r"
+    for bad in (["--lr-scheduler-type", "bogus"], ["--keep", "0"], ["--seed", "-1"]):
+        assert train.main(["--preset", "cpu", "--run-dir", str(run), *bad]) == 2
+        assert not run.exists()
 
 
 def test_gpu_preset_on_cpu_says_what_to_do(tmp_path):

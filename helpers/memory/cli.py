@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 
-from helpers.cli import add_dataclass_flags, given_fields
+from helpers.cli import KitArgumentParser, add_dataclass_flags, given_fields
 from helpers.config import PRESETS, Preset, PresetError, get_preset
 from helpers.memory.architectures import GPUS, MODELS, MemoryModelError
 from helpers.memory.estimate import (
@@ -39,17 +40,30 @@ RENAMED_FLAGS = {
 MEMORY_ONLY_FIELDS = ("load_dtype", "chunked_logits", "standby")  # MemorySettings fields with a flag of their own
 
 
+def gpu_arg(text: str):
+    """--gpu: a card's name from GPUS, or its memory as a number of GB ("24")."""
+    try:
+        gb = float(text)
+    except ValueError:
+        return text
+    if not (math.isfinite(gb) and gb > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a card's memory must be a positive number of GB. Fix: e.g. "
+                                         "--gpu 24, or a name such as --gpu l4")
+    return gb
+
+
 class _RenamedFlag(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         parser.error(f"{option_string} was renamed: use {RENAMED_FLAGS[option_string]}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m helpers.memory",
-                                 description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
+    ap = KitArgumentParser(prog="python -m helpers.memory",
+                           description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
     ap.add_argument("--preset", default="t4", help=f"the recipe to start from, one of {', '.join(PRESETS)} (default "
                                                    "t4); the flags below change its fields")
-    recipe = ap.add_argument_group("preset fields (the flags of python -m helpers.train; default: the preset's value)",
+    recipe = ap.add_argument_group("preset fields (the flags of python -m helpers.train; in brackets: the cpu and t4 "
+                                   "presets' values)",
                                    f"--model-name: a hub id, one of {', '.join(MODELS)}, or a config.json path. "
                                    "--lora-rank 0: full fine-tuning (with --no-load-in-4bit).")
     add_dataclass_flags(recipe, Preset, default_is_preset=True, only=PRESET_FIELDS_READ, prog=ap.prog)
@@ -62,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Unsloth's memory-efficient GRPO loss (default: on for the unsloth backend)")
     own.add_argument("--standby", action="store_true", default=None,
                      help="Unsloth's UNSLOTH_VLLM_STANDBY=1 (the kit turns it off): what it would change")
-    own.add_argument("--gpu", default="t4", help=f"one of {', '.join(GPUS)}")
+    own.add_argument("--gpu", default="t4", type=gpu_arg, metavar="NAME|GB",
+                     help=f"the card: one of {', '.join(GPUS)}, or its memory in GB (e.g. 24)")
     own.add_argument("--budget-gb", type=float, default=T4_BUDGET_GB)
     own.add_argument("--json", action="store_true", help='print {"peak_gb", "fits", "budget_gb", "components"}')
     for old in RENAMED_FLAGS:

@@ -1,12 +1,14 @@
-"""The one check before any model loads, shared by the notebooks' setup cell and the pipeline's first step:
-validate the preset on this runtime, predict the GPU memory it needs, refuse with the fix, and import Unsloth first
-on the GPU path (its patches must be in place before transformers/TRL are imported)."""
+"""The one check before any model loads, shared by the notebooks' setup cell, the pipeline's first step and
+`python -m helpers.train` (before it imports TRL): validate the preset and the run options on this runtime, predict
+the GPU memory it needs, refuse with the fix, and import Unsloth first on the GPU path (its patches must be in place
+before transformers/TRL are imported)."""
 
 from __future__ import annotations
 
 from helpers import runtime as rt
-from helpers.config import Preset, validate
+from helpers.config import Preset, PresetError, check_types, validate
 from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
+from helpers.run.options import DASHBOARD_MODES, RunOptions
 
 
 def need_free_gb(preset: Preset, runtime: rt.Runtime) -> float:
@@ -20,11 +22,38 @@ def need_free_gb(preset: Preset, runtime: rt.Runtime) -> float:
         return T4_BUDGET_GB
 
 
-def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_processes: int = 1) -> list[str]:
-    """Raise PresetError / RuntimeProblem with the fix when this preset cannot run here; return soft warnings.
-    runtime: the machine (None: detected now)."""
+def _refuse(given: str, problem: str, fix: str):
+    raise PresetError(f"{given}: {problem}. Fix: {fix}.")
+
+
+def validate_options(options: RunOptions, runtime: rt.Runtime) -> None:
+    """Raise PresetError naming the flag and the fix for run options that cannot work (RunOptions' one check)."""
+    check_types(options)
+    if options.dashboard not in DASHBOARD_MODES:
+        _refuse(f"--dashboard {options.dashboard!r}", "is not a dashboard mode",
+                f"use one of {', '.join(DASHBOARD_MODES)}")
+    if options.save_steps is not None and options.save_steps < 0:
+        _refuse(f"--save-steps {options.save_steps}", "cannot be negative",
+                "use 0 (no checkpoints) or a number of steps")
+    if options.keep < 1 and options.save_steps != 0:
+        _refuse(f"--keep {options.keep}", "checkpoints are written, so at least the latest must be kept to resume from",
+                "use --keep 1 or more, or --save-steps 0 to write no checkpoints")
+    if options.pass_k_samples < 0:
+        _refuse(f"--pass-k-samples {options.pass_k_samples}", "cannot be negative",
+                "use 0 (greedy only) or a number of samples per question, e.g. 4")
+    if options.drive and not runtime.on_colab:
+        _refuse("--drive", "Google Drive is mounted only on Colab, and this is not Colab",
+                "leave --drive off: checkpoints go to <run-dir>/trainer on this disk (or --checkpoint-dir FOLDER)")
+
+
+def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_processes: int = 1,
+                         options: RunOptions | None = None) -> list[str]:
+    """Raise PresetError / RuntimeProblem with the fix when this preset (and these run options) cannot run here;
+    return soft warnings. runtime: the machine (None: detected now)."""
     runtime = runtime if runtime is not None else rt.detect()
     validate(preset, runtime, num_processes=num_processes)
+    if options is not None:
+        validate_options(options, runtime)
     want_gpu = preset.backend == "unsloth"
     warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     rt.start_gpu_process(preset.backend)  # Unsloth before TRL (which a reward module may import)
