@@ -279,11 +279,11 @@ result
 # the plots and `summary.json`.
 
 # %%
-from helpers.memory.oom_doctor import oom_advice
-
-pipeline.prepare_trainer(trainer, kit.preset)  # the dashboard gets the trainer; the kit's TRL patches go in
-with course.RssSampler(interval=1.0) as rss, oom_advice(kit.preset, gpu=state.gpu):  # an OOM prints the cheapest fixes
-    trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
+# pipeline.training: the dashboard gets the trainer, the kit's TRL patches go in; an OOM prints the cheapest fixes,
+# Ctrl-C (Interrupt) says how to resume, a full disk says what to free
+with course.RssSampler(interval=1.0) as rss, pipeline.training(state, trainer):
+    if not state.folder.training_done:  # a run stopped during its final evaluation is not trained past MAX_STEPS
+        trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
 summary = pipeline.finish(state, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
 print(summary)
 

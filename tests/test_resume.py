@@ -105,3 +105,47 @@ def test_sigkill_then_same_command_resumes_from_the_latest_complete_checkpoint(t
     assert ev.returncode == 0, ev.stderr[-3000:]
     report = json.loads((run / "eval.json").read_text())
     assert set(report["pass_at_k"]["after"]) >= {"pass@1", "pass@2", "correct_counts"}
+
+
+# Dies like a kill -9 during the final evaluation: after the last checkpoint and adapter/, before summary.json.
+KILLED_IN_FINAL_EVALUATION = (
+    "import os, signal, sys\n"
+    "from helpers.run import pipeline\n"
+    "pipeline._evaluate_after = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+    "from helpers.train import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.slow
+def test_a_kill_during_the_final_evaluation_resumes_into_the_evaluation_only(tmp_path):
+    """The documented recovery (the same command) used to train a step 3 of a 2-step run. The preset's
+    num_iterations=2: step 2 ends a sampled batch, and checkpoint-2 is the last."""
+    from safetensors.torch import load_file
+
+    run = tmp_path / "run"
+    args = ["--preset", "cpu", "--run-dir", str(run), "--max-steps", "2", "--save-steps", "1", "--eval-size", "2",
+            "--num-generations", "4", "--batch-size", "4", "--max-completion-length", "16",
+            "--eval-max-new-tokens", "8", "--dashboard", "headless"]
+    first = subprocess.run([sys.executable, "-c", KILLED_IN_FINAL_EVALUATION, *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    assert not (run / "summary.json").exists() and (run / "adapter").is_dir()
+    assert [c.step for c in list_checkpoints(run / "trainer") if c.complete] == [1, 2]
+
+    again = subprocess.run([sys.executable, "-m", "helpers.train", *args], cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out[-4000:]
+    assert "cleared a stale lock" in out  # the killed process's lock info, found and cleared
+    assert "checkpoint-2 already reached max_steps=2" in out and "going straight to the final evaluation" in out
+    assert "step 3/" not in out and "resuming from step" not in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["resumed_from_step"] == 2
+    assert _steps(run / "metrics.jsonl") == [1, 2]
+    assert max(c.step for c in list_checkpoints(run / "trainer")) == 2
+    # the evaluated and saved adapter is the one step 2 trained, not a fresh or a further-trained one
+    saved, at_step_2 = (load_file(p / "adapter_model.safetensors") for p in (run / "adapter",
+                                                                          run / "trainer" / "checkpoint-2"))
+    assert saved.keys() == at_step_2.keys() and all((saved[k] == at_step_2[k]).all() for k in saved)
+    assert not (run / ".grpo-kit.lock.json").exists()  # released at the end of finish()

@@ -17,16 +17,21 @@ only on Colab) and returns a folder there; elsewhere checkpoints live inside the
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import shlex
 import shutil
 import struct
+import sys
 import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import TrainerCallback
+from peft import set_peft_model_state_dict
+from safetensors.torch import load_file
+from transformers import TrainerCallback, TrainerState
 
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
@@ -272,3 +277,66 @@ def trim_metrics(path, step: int, say=say) -> int:
         say(f"moved {len(later)} metrics line(s) logged after step {step} to metrics.redone.jsonl "
             "(those steps run again now)")
     return len(later)
+
+
+# ------------------------------------------------------------------------------ interruptions and disk full
+
+
+def same_command(argv=None) -> str:
+    """How the user started this run, to be typed again: the command line, or (a notebook) the cells."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and Path(argv[0]).parts[-2:] == ("helpers", "train.py"):
+        return "`" + shlex.join(["python", "-m", "helpers.train", *argv[1:]]) + "`"
+    return "the same steps with the same run folder (in 05: the cells from the start of the run, same RUN_DIR)"
+
+
+def resume_point(root, save_steps: int) -> str:
+    """Where the same command would continue from now: the newest complete checkpoint, or step 0."""
+    latest = latest_complete(root, say=lambda _: None) if save_steps else None
+    if latest is not None:
+        return f"resumes from {latest.path.name} (step {latest.step})"
+    if not save_steps:
+        return "starts over from step 0 (this run saves no checkpoints: --save-steps 0)"
+    return f"starts over from step 0 (no checkpoint yet: the first comes at step {save_steps})"
+
+
+def disk_full(err: BaseException) -> bool:
+    """A write failed for lack of space: OSError ENOSPC, or torch.save's RuntimeError ("unexpected pos ...",
+    "No space left on device"), looked for along the exception's causes."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if isinstance(err, (OSError, RuntimeError)) and any(s in str(err) for s in ("unexpected pos",
+                                                                                   "No space left")):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def free_gb(path) -> float:
+    """Free space (GB) on the disk holding `path` (or its nearest existing parent)."""
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    return shutil.disk_usage(existing).free / 1e9
+
+
+# ------------------------------------------------------------------- a checkpoint that already reached the end
+
+
+def restore_trained(trainer, folder) -> None:
+    """What trainer.train() would have left after the steps a checkpoint holds, without training: its adapter
+    weights in trainer.model and its TrainerState (global_step, log_history). For a run killed after its last step
+    (during the final evaluation): resuming trainer.train() there would train one step past max_steps."""
+    folder = Path(folder)
+    weights = folder / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ValueError(f"{folder} holds no adapter_model.safetensors: only a LoRA checkpoint can be restored "
+                         "without training. Fix: pass --overwrite to train the run again.")
+    result = set_peft_model_state_dict(trainer.model, load_file(str(weights)))
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise ValueError(f"{weights} does not fit this model ({len(unexpected)} unexpected weights, e.g. "
+                         f"{unexpected[0]}). Fix: pass --overwrite to train the run again.")
+    trainer.state = TrainerState.load_from_json(str(folder / "trainer_state.json"))

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import shlex
 import shutil
+import socket
+import sys
+import threading
 import time
-from dataclasses import MISSING, dataclass, fields
+import weakref
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from helpers.config import Preset
 from helpers.run import checkpoints as ck
@@ -24,6 +32,13 @@ RESUMABLE_CHANGES = ("max_steps", "eval_size", "eval_max_new_tokens", "vllm_enfo
 SUMMARY_FILE = "summary.json"
 RUN_FILES = (SUMMARY_FILE, "metrics.jsonl", "adapter", "before.json", "config.json")
 CONFIG_FILE = "config.json"
+# Everything a run writes into its folder, removed by --overwrite (summary.json first: an interrupted overwrite
+# must never leave "a finished run"); config.json last, just before the new one is written.
+RESULT_FILES = (SUMMARY_FILE, "eval.json", "samples.jsonl", "adapter", "reward_curve.png", "dashboard.png",
+                "dashboard_samples.json", "metrics.jsonl", "metrics.redone.jsonl", "before.json")
+EARLIER_RESULTS = ("summary-step-*.json", "eval-step-*.json")  # what _extend kept of a finished run's first steps
+LOCK_FILE = ".grpo-kit.lock"  # flock'ed while a process writes the folder (released by the OS if it dies)
+LOCK_INFO = ".grpo-kit.lock.json"  # who holds it: pid, host, start time, command
 
 
 @dataclass
@@ -34,10 +49,136 @@ class RunFolder:
     checkpoint_dir: Path
     resume_from: ck.Checkpoint | None = None  # None: a fresh start (or an unfinished run continued from step 0)
     continuing: bool = False  # an unfinished run is being continued (from a checkpoint or from step 0)
+    training_done: bool = False  # resume_from already reached max_steps: only the final evaluation is left
+    lock: RunLock | None = field(default=None, repr=False, compare=False)  # this process's claim on run_dir
+
+    def release(self) -> None:
+        """Give up the claim on the run folder (finish() does, at the end of a run); harmless twice."""
+        if self.lock is not None:
+            self.lock.release()
+
+
+# ------------------------------------------------------------------------------------ one writer per folder
+
+_HELD: dict[str, list] = {}  # resolved lock path -> [FileLock, claims by this process]
+_HELD_GUARD = threading.Lock()
+
+
+class RunLock:
+    """This process's claim on a run folder, so two processes never train into one folder (a double-click, a cell
+    re-run while the first still trains). A flock on <run_dir>/.grpo-kit.lock (filelock): the OS releases it when
+    the holder dies, even by kill -9, so a stale lock clears itself; .grpo-kit.lock.json says who holds it.
+
+    The same process may claim its folder again (a notebook re-running its start cell while the earlier RunState
+    still exists): claims are counted, and the flock goes when the last is released or garbage collected."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        key = str(self.path.resolve())
+        with _HELD_GUARD:
+            held = _HELD.get(key)
+            if held is None:
+                held = _HELD[key] = [_acquire(self.path), 0]
+            held[1] += 1
+        self._finalizer = weakref.finalize(self, _drop, key, os.getpid())
+
+    @property
+    def held(self) -> bool:
+        return self._finalizer.alive
+
+    def release(self) -> None:
+        self._finalizer()
+
+    def __reduce__(self):
+        """Several processes (accelerate): the planned RunFolder is sent to the others, the claim stays with
+        process 0 (they arrive with lock=None)."""
+        return type(None), ()
+
+
+def _holder(info: Path) -> dict:
+    try:
+        found = json.loads(info.read_text())
+        return found if isinstance(found, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _acquire(path: Path) -> FileLock:
+    """Take the flock at once or refuse, naming who holds it and what to do."""
+    info = path.with_name(LOCK_INFO)
+    lock = FileLock(path, thread_local=False, blocking=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        who = _holder(info)
+        named = (f"process {who.get('pid')} on {who.get('host')}, started {who.get('started')} "
+                 f"({who.get('command')})" if who.get("pid") else "another process (it is just starting)")
+        kill = f"kill {who['pid']}" if who.get("host") == socket.gethostname() else "stop it"
+        raise RunDirError(
+            f"--run-dir {path.parent} is in use by {named}: one process writes a run folder at a time. Fix: wait "
+            f"for it to finish, stop it ({kill}, or interrupt its notebook kernel) and run this again to resume, or "
+            "choose another --run-dir."
+        ) from None
+    earlier = _holder(info)
+    if earlier.get("pid") and not (earlier.get("pid") == os.getpid() and earlier.get("host") == socket.gethostname()):
+        ck.say(f"cleared a stale lock on {path.parent}: process {earlier['pid']} on {earlier.get('host')} (started "
+               f"{earlier.get('started')}) is no longer running")
+    info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}))
+    return lock
+
+
+def _drop(key: str, owner_pid: int) -> None:
+    if os.getpid() != owner_pid:
+        return  # a forked child: unlocking the shared descriptor would release the parent's lock
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del _HELD[key]
+    try:
+        Path(key).with_name(LOCK_INFO).unlink(missing_ok=True)
+    except OSError:
+        pass  # the folder went away: the flock is released below all the same
+    held[0].release()
 
 
 def default_run_dir(preset_name: str) -> Path:
     return Path("runs") / f"{preset_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_run_dir(run_dir, preset_name: str) -> Path:
+    """--run-dir as given, with ~ expanded (`--run-dir=~/x` reaches us unexpanded: the shell only expands a ~ that
+    starts a word); None: a new timestamped folder."""
+    return Path(run_dir).expanduser() if run_dir is not None else default_run_dir(preset_name)
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file of the run folder, or a RunDirError that names it and the fix (a kill or a full disk while it was
+    written leaves it cut off) instead of a JSON traceback."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        found = err
+    if not isinstance(found, dict):
+        why = f"{type(found).__name__}: {found}" if isinstance(found, Exception) else "not a JSON object"
+        raise RunDirError(
+            f"{path} is unreadable ({why}): it was cut off (a kill or a full disk while it was written) or edited. "
+            "Fix: pass --overwrite to start the run over, or choose a new --run-dir."
+        )
+    return found
 
 
 def config_differences(saved: dict, config: dict) -> list[str]:
@@ -89,37 +230,78 @@ def _writable(path: Path) -> bool:
 
 def plan_run_folder(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bool | None = None,
                     checkpoint_dir: Path | None = None, config: dict | None = None) -> RunFolder:
-    """Decide between a fresh start, a resume, and a refusal; create the run folder.
+    """Claim the run folder (RunLock: one writer at a time), then decide between a fresh start, a resume, and a
+    refusal. Called after the settings were validated, so a refused command never claims or changes a folder.
 
     - a finished run (summary.json) continues from its last checkpoint when max_steps is now larger (the same
       command with a larger --max-steps), and is refused otherwise unless --overwrite;
     - an unfinished run (config.json but no summary.json) is resumed from its latest COMPLETE checkpoint
       (incomplete ones are named and moved aside), or restarted from step 0 when it has none; the settings
-      must be the same as the first start's (except RESUMABLE_CHANGES);
-    - --overwrite removes the earlier run's metrics and checkpoints, saying what it removes.
+      must be the same as the first start's (except RESUMABLE_CHANGES), unless it never trained a step (a late
+      failure before step 1): then the new settings replace it;
+    - --overwrite removes every result of the earlier run first, saying what it removes.
+    The returned RunFolder holds the claim (folder.lock) until folder.release() or until it is garbage collected.
     """
-    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(preset_name)
+    run_dir = resolve_run_dir(run_dir, preset_name)
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--run-dir {run_dir} is a file, not a folder. Fix: choose another path.")
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else run_dir / ck.TRAINER_SUBDIR
+    created = not run_dir.exists()
+    make_folder(run_dir)
+    lock = RunLock(run_dir)
+    try:
+        ckpt_dir = Path(checkpoint_dir).expanduser() if checkpoint_dir is not None else run_dir / ck.TRAINER_SUBDIR
+        folder = _plan(run_dir, ckpt_dir, overwrite, resume, config)
+    except BaseException:
+        lock.release()
+        if created:  # a refusal leaves no empty folder behind
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+            if not any(run_dir.iterdir()):
+                run_dir.rmdir()
+        raise
+    folder.lock = lock
+    return folder
+
+
+def _plan(run_dir: Path, ckpt_dir: Path, overwrite: bool, resume: bool | None, config: dict | None) -> RunFolder:
     ckpts = ck.list_checkpoints(ckpt_dir)
     earlier = [n for n in RUN_FILES if (run_dir / n).exists()] + ([f"{len(ckpts)} checkpoint(s)"] if ckpts else [])
     if overwrite:
-        return _overwrite(run_dir, ckpt_dir, ckpts, earlier)
+        old = _results(run_dir, ckpt_dir)
+        if old:
+            ck.say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)}): removing "
+                   f"{', '.join(_named(p, run_dir) for p in old)} before anything new is written")
+        remove_results(run_dir, ckpt_dir)
+        return RunFolder(run_dir, ckpt_dir)
     if (run_dir / SUMMARY_FILE).exists():
         return _extend(run_dir, ckpt_dir, ckpts, earlier, resume, config)
     if not earlier:
         if resume:
             raise RunDirError(f"--resume: {run_dir} holds no run to resume (no checkpoints in {ckpt_dir}).")
-        make_folder(run_dir)
         return RunFolder(run_dir, ckpt_dir)
     if resume is False:
         raise RunDirError(
             f"--run-dir {run_dir} holds an unfinished run ({', '.join(earlier)}) and --no-resume was given. Fix: "
             "leave out --no-resume to continue it, choose a new --run-dir, or pass --overwrite to start it over."
         )
-    _refuse_another_recipe(run_dir, ckpt_dir, earlier, config)
-    return _continue(run_dir, ckpt_dir, ckpts)
+    diff = _recipe_differences(run_dir, ckpt_dir, earlier, config)
+    if diff and not resume and not ckpts and not _metrics_rows(run_dir):
+        ck.say(f"{run_dir} holds a run that stopped before its first step (no checkpoint, no metrics) with other "
+               f"settings ({'; '.join(diff)}): starting it afresh with this command's settings")
+        remove_results(run_dir, ckpt_dir)
+        return RunFolder(run_dir, ckpt_dir)
+    if diff:
+        raise RunDirError(
+            f"--run-dir {run_dir} holds an unfinished run with other settings ({'; '.join(diff)}); continuing it "
+            "would mix two recipes. Fix: run the same command as the first time, choose a new --run-dir, or "
+            "pass --overwrite to start over."
+        )
+    return _continue(run_dir, ckpt_dir, ckpts, (config or {}).get("max_steps"))
+
+
+def _metrics_rows(run_dir: Path) -> bool:
+    """Some step was logged (metrics.redone.jsonl: steps trained before a restart from step 0)."""
+    paths = [run_dir / "metrics.jsonl", run_dir / "metrics.redone.jsonl"]
+    return any(p.is_file() and any(line.strip() for line in p.read_text(errors="replace").splitlines()) for p in paths)
 
 
 def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resume: bool | None,
@@ -127,7 +309,7 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
     """A finished run continues only when asked for more steps than it took (the same command with a larger
     --max-steps, or MAX_STEPS in the notebook), from the checkpoint its last step wrote; anything else is refused
     with the fix. Its summary.json and eval.json are kept beside the new ones as <name>-step-N.json."""
-    finished = json.loads((run_dir / SUMMARY_FILE).read_text()).get("steps", 0)
+    finished = read_json(run_dir / SUMMARY_FILE).get("steps", 0)
     wanted = (config or {}).get("max_steps", 0)
     if resume is False or wanted <= finished:
         more = f", or raise --max-steps above {finished} to continue it" if resume is not False else ""
@@ -135,7 +317,13 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
             f"--run-dir {run_dir} already holds a finished run of {finished} steps ({', '.join(earlier)}). Fix: "
             f"choose a new --run-dir, pass --overwrite to replace it{more}."
         )
-    _refuse_another_recipe(run_dir, ckpt_dir, earlier, config)
+    diff = _recipe_differences(run_dir, ckpt_dir, earlier, config)
+    if diff:
+        raise RunDirError(
+            f"--run-dir {run_dir} holds a finished run with other settings ({'; '.join(diff)}); continuing it "
+            "would mix two recipes. Fix: raise only --max-steps, choose a new --run-dir, or pass --overwrite to "
+            "start over."
+        )
     last = ck.latest_complete(ckpt_dir)
     if last is None or last.step != finished:
         raise RunDirError(
@@ -149,53 +337,62 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
             kept = run_dir / f"{Path(name).stem}-step-{finished}.json"
             (run_dir / name).replace(kept)
             ck.say(f"{name} of the first {finished} steps kept as {kept.name}")
-    return _continue(run_dir, ckpt_dir, ckpts)
+    return _continue(run_dir, ckpt_dir, ckpts, wanted)
 
 
-def _overwrite(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str]) -> RunFolder:
-    if earlier:
-        ck.say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)})")
-    for name in ("metrics.jsonl", "before.json", "eval.json"):
-        if (run_dir / name).exists():
-            (run_dir / name).unlink()
-    for c in ckpts:
-        shutil.rmtree(c.path)
-    make_folder(run_dir)
-    return RunFolder(run_dir, ckpt_dir)
+def _results(run_dir: Path, ckpt_dir: Path) -> list[Path]:
+    """Every result of an earlier run, in the order remove_results removes them: summary.json first (an
+    interruption half-way leaves an unfinished run, never "a finished run" beside new settings), config.json last.
+    incomplete-checkpoint-* folders set aside earlier are not results (the kit never deletes them)."""
+    paths = [run_dir / n for n in RESULT_FILES]
+    paths += sorted(p for pattern in EARLIER_RESULTS for p in run_dir.glob(pattern))
+    paths += [c.path for c in ck.list_checkpoints(ckpt_dir)]
+    paths += [ckpt_dir / "before.json", ckpt_dir / CONFIG_FILE, run_dir / CONFIG_FILE]
+    return [p for p in paths if p.exists() or p.is_symlink()]
 
 
-def _refuse_another_recipe(run_dir: Path, ckpt_dir: Path, earlier: list[str], config: dict | None) -> None:
-    """An unfinished run continues only with the settings it started with (its config.json)."""
+def _named(path: Path, run_dir: Path) -> str:
+    return str(path.relative_to(run_dir)) if run_dir in path.parents else str(path)
+
+
+def remove_results(run_dir: Path, ckpt_dir: Path) -> None:
+    """Remove every result of an earlier run (_results), so new settings never sit beside old results."""
+    for path in _results(run_dir, ckpt_dir):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _recipe_differences(run_dir: Path, ckpt_dir: Path, earlier: list[str], config: dict | None) -> list[str]:
+    """How `config` differs from the settings the run started with (its config.json); a folder without one is
+    not the kit's run and is refused."""
     saved_path = next((p for p in (run_dir / CONFIG_FILE, ckpt_dir / CONFIG_FILE) if p.is_file()), None)
     if saved_path is None:
         raise RunDirError(
             f"--run-dir {run_dir} holds files ({', '.join(earlier)}) but no config.json from the kit, so it is not a "
             "run that can be continued. Fix: choose a new --run-dir, or pass --overwrite to replace them."
         )
-    if config is None:
-        return
-    diff = config_differences(json.loads(saved_path.read_text()), config)
-    if diff:
-        raise RunDirError(
-            f"--run-dir {run_dir} holds an unfinished run with other settings ({'; '.join(diff)}); continuing it "
-            "would mix two recipes. Fix: run the same command as the first time, choose a new --run-dir, or "
-            "pass --overwrite to start over."
-        )
+    saved = read_json(saved_path)
+    return config_differences(saved, config) if config is not None else []
 
 
-def _continue(run_dir: Path, ckpt_dir: Path, ckpts: list) -> RunFolder:
+def _continue(run_dir: Path, ckpt_dir: Path, ckpts: list, max_steps: int | None) -> RunFolder:
     latest = ck.latest_complete(ckpt_dir)
     for c in ckpts:
         if not c.complete and (latest is None or c.step > latest.step):
             ck.set_aside(c)
     step = latest.step if latest is not None else 0
-    if latest is not None:
+    done = latest is not None and max_steps is not None and step >= max_steps
+    if done:
+        ck.say(f"{latest.path.name} already reached max_steps={max_steps}: the run stopped after training (e.g. "
+               "during the final evaluation). Not training again: going straight to the final evaluation")
+    elif latest is not None:
         ck.say(f"resuming from step {step} ({latest.path})")
     else:
         ck.say("this run stopped before its first complete checkpoint: continuing it from step 0")
     ck.trim_metrics(run_dir / "metrics.jsonl", step)
-    make_folder(run_dir)
-    return RunFolder(run_dir, ckpt_dir, latest, continuing=True)
+    return RunFolder(run_dir, ckpt_dir, latest, continuing=True, training_done=done)
 
 
 def write_config(folder: RunFolder, config: dict, save_steps: int) -> None:

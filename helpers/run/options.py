@@ -33,6 +33,8 @@ class RunOptions:
     rewards: tuple[str, ...] = _opt(
         (), "reward functions as module:name (a function or a list of them), e.g. my_rewards:brevity_reward; "
             "repeat the flag for several (default: helpers.rewards:DEFAULT_REWARDS)")
+    verbose: bool = _opt(False, "also print TRL's full dict of metrics at every step (default: the kit's one line "
+                                "per step; metrics.jsonl keeps every metric either way)")
 
 
 DASHBOARD_MODES = ("auto", "notebook", "headless", "off")

@@ -18,10 +18,10 @@ plans it); the package helpers.run is the run's wing as a whole.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,37 +33,21 @@ from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_be
 from helpers.memory.monitor import MemoryMonitor
 from helpers.memory.oom_doctor import oom_advice
 from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
-from helpers.rewards import DEFAULT_REWARDS
+from helpers.run import checkpoints as ck
 from helpers.run.checkpoints import KeepLastCheckpoints, checkpoint_root
 from helpers.run.dashboard import TrainingDashboard
+from helpers.run.health import FINISHED, TrainingHealth, training_status
 from helpers.run.distributed import (ProcessInfo, on_main_then_share, process_info, rank_marker_callbacks,
                                      save_adapter_once, zero3_active)
-from helpers.run.folder import RunFolder, checkpoints_inside, default_run_dir, plan_run_folder, write_config
+from helpers.run.folder import (RunDirError, RunFolder, checkpoints_inside, plan_run_folder, resolve_run_dir,
+                                write_config)
 from helpers.run import guard
-from helpers.run.options import DASHBOARD_MODES, RunOptions
+from helpers.run.options import RunOptions
+from helpers.run.reward_specs import resolve_rewards
 from helpers.run.metrics import AdvantageStats, MetricsRecorder, plot_rewards, read_metrics
 from helpers.run.step_timing import summarize_step_times
 from helpers.run.trl_patches import install_trainer_patches
 from helpers.sharing import save_adapter
-
-
-def resolve_rewards(specs) -> list:
-    """Reward functions from 'module:name' strings (a function, or a list of functions); () -> the kit's defaults."""
-    if not specs:
-        return list(DEFAULT_REWARDS)
-    funcs = []
-    for spec in specs:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise PresetError(f"--reward {spec!r}: expected module:name. Fix: e.g. --reward my_rewards:brevity_reward "
-                              "(my_rewards.py importable from the current folder)")
-        try:
-            value = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise PresetError(f"--reward {spec!r}: {err}. Fix: check the module is importable from the current "
-                              "folder and defines that name") from None
-        funcs.extend(value if isinstance(value, (list, tuple)) else [value])
-    return funcs
 
 
 def reward_names(reward_funcs) -> list[str]:
@@ -131,13 +115,11 @@ def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, 
     resume or refuse: helpers.run.folder), write config.json. reward_funcs: the functions to train with (TRL's
     reward contract); None = the kit's. runtime: the machine, when the caller has detected it already."""
     options = options or RunOptions()
-    if options.dashboard not in DASHBOARD_MODES:
-        raise PresetError(f"dashboard={options.dashboard!r} is not a dashboard mode. Fix: use one of {DASHBOARD_MODES}")
     runtime = runtime if runtime is not None else rt.detect()
     dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
-    guard.check_before_loading(preset, runtime, num_processes=dist.world_size)
+    guard.check_before_loading(preset, runtime, num_processes=dist.world_size, options=options)
     reward_funcs = _checked_rewards(reward_funcs, options)
-    run_dir = Path(options.run_dir) if options.run_dir else default_run_dir(preset.name)
+    run_dir = resolve_run_dir(options.run_dir or None, preset.name)
     checkpoint_dir = options.checkpoint_dir
     if options.drive and checkpoint_dir is None:
         checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
@@ -213,7 +195,8 @@ def check_config(state: RunState, config) -> None:
 
 
 def kit_callbacks(state: RunState) -> list:
-    """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard."""
+    """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard, and
+    the health check that stops a run at its first NaN/inf (helpers.run.health)."""
     # The monitor and AdvantageStats add memory/* and advantages/* to the logs: before the recorder that writes them.
     callbacks = [MemoryMonitor(), AdvantageStats(), MetricsRecorder(state.run_dir / "metrics.jsonl")] + \
         rank_marker_callbacks()
@@ -223,7 +206,10 @@ def kit_callbacks(state: RunState) -> list:
         callbacks.append(TrainingDashboard(state.run_dir, mode=state.options.dashboard,
                                            history=read_metrics(state.run_dir / "metrics.jsonl"),
                                            max_completion_length=state.preset.max_completion_length,
-                                           title=f"GRPO on {state.preset.model_name}"))
+                                           title=f"GRPO on {state.preset.model_name}",
+                                           verbose=state.options.verbose))
+    # last: the step's own line comes first, then why the run stops (the bad step is in metrics.jsonl too)
+    callbacks.append(TrainingHealth(state.folder.checkpoint_dir if state.save_steps else None))
     return callbacks
 
 
@@ -258,11 +244,38 @@ def resume_checkpoint(state: RunState) -> str | None:
     return str(state.folder.resume_from.path) if state.folder.resume_from is not None else None
 
 
-def train(state: RunState, trainer) -> None:
-    """Step 6: trainer.train(), resuming from the latest complete checkpoint; an OOM prints the cheapest fixes."""
+@contextmanager
+def training(state: RunState, trainer):
+    """Around trainer.train(), in train() below and in notebook 05's own cell: the dashboard and the kit's patches go
+    in; a checkpoint that already reached max_steps (a kill during the final evaluation) is restored, and the body
+    skips training (state.folder.training_done); an OOM prints the cheapest fixes; Ctrl-C says how to resume; a full
+    disk while saving a checkpoint becomes a RunDirError with the fix."""
     prepare_trainer(trainer, state.preset)
-    with oom_advice(state.preset, gpu=state.gpu):
-        trainer.train(resume_from_checkpoint=resume_checkpoint(state))
+    if state.folder.training_done:
+        ck.restore_trained(trainer, state.folder.resume_from.path)
+    try:
+        with oom_advice(state.preset, gpu=state.gpu):
+            yield
+    except KeyboardInterrupt:
+        ck.say(f"interrupted at step {trainer.state.global_step}. To resume, run {ck.same_command()} again: it "
+               f"{ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}")
+        raise
+    except (OSError, RuntimeError) as err:
+        if not ck.disk_full(err):
+            raise
+        raise RunDirError(
+            f"the disk is full: writing {state.folder.checkpoint_dir} failed at step {trainer.state.global_step} "
+            f"({ck.free_gb(state.folder.checkpoint_dir):.1f} GB free; {type(err).__name__}: {str(err)[:120]}). Fix: "
+            f"free some space (old runs, exports; a lower --keep keeps fewer checkpoints), then run {ck.same_command()} "
+            f"again: it {ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}."
+        ) from err
+
+
+def train(state: RunState, trainer) -> None:
+    """Step 6: trainer.train(), resuming from the latest complete checkpoint (see training() for what surrounds it)."""
+    with training(state, trainer):
+        if not state.folder.training_done:
+            trainer.train(resume_from_checkpoint=resume_checkpoint(state))
 
 
 def _train_seconds(trainer) -> float:
@@ -282,9 +295,35 @@ def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
     return after
 
 
+def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
+    """A run that helpers.run.health stopped (NaN/inf, unusable rewards): no adapter and no evaluation of the bad
+    weights; summary.json says what happened and the fix, the reward curve shows the steps that ran."""
+    if not state.dist.is_main:
+        return {}
+    rows = read_metrics(state.run_dir / "metrics.jsonl")
+    try:
+        plot_rewards(rows, state.run_dir / "reward_curve.png", title=f"GRPO on {state.preset.model_name}")
+    except ValueError:
+        pass  # no step logged a finite reward: nothing to plot
+    summary = {"preset": state.preset.name, "model": state.preset.model_name, "backend": state.preset.backend,
+               "status": status, "steps": trainer.state.global_step,
+               "wall_seconds": round(time.time() - state.started, 1),
+               "train_seconds": round(_train_seconds(trainer), 1), "before": summary_of(before) if before else None,
+               "after": None, "reward_funcs": reward_names(state.reward_funcs), "runtime": state.runtime.describe(),
+               "time": summarize_step_times(rows)}
+    (state.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    state.folder.release()
+    print(f"[grpo-kit] the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
+          "evaluation after training was run)")
+    return summary
+
+
 def finish(state: RunState, trainer, heldout, before) -> dict:
     """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json."""
     preset, run_dir = state.preset, state.run_dir
+    status = training_status(trainer)  # "finished", or "stopped: ..." (helpers.run.health)
+    if status != FINISHED:
+        return _finish_stopped(state, trainer, before, status)
     # The run folder's own output: plan_run_folder already refused to touch a finished run without --overwrite.
     adapter = save_adapter_once(trainer, state.model, state.tokenizer, run_dir / "adapter",
                                 lambda m, t, p: save_adapter(m, t, p, overwrite=True), state.dist)
@@ -298,6 +337,7 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
         "preset": preset.name,
         "model": preset.model_name,
         "backend": preset.backend,
+        "status": status,
         "steps": trainer.state.global_step,
         "wall_seconds": round(time.time() - state.started, 1),
         "train_seconds": round(_train_seconds(trainer), 1),
@@ -316,6 +356,7 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     if state.folder.resume_from is not None:
         summary["resumed_from_step"] = state.folder.resume_from.step
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    state.folder.release()  # the run is over: the folder may be used by another process
     print(f"[grpo-kit] results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
           "samples.jsonl, adapter/")
     return summary

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
-import json
 import subprocess
 import threading
 import time
@@ -314,10 +313,11 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     are helpers.run.pipeline.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
     from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
+    from helpers.run.folder import read_json  # a cut-off summary.json: the file and the fix, not a JSON traceback
 
     target = Path(run_dir or kit.run_dir)
     preset = kit.preset.with_overrides(**changes) if changes else kit.preset
-    finished = json.loads((target / "summary.json").read_text()) if (target / "summary.json").is_file() else None
+    finished = read_json(target / "summary.json") if (target / "summary.json").is_file() else None
     if not overwrite and finished is not None and finished.get("steps", 0) >= preset.max_steps:
         print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
               "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "

@@ -1,0 +1,354 @@
+"""The run folder survives its users: one writer at a time (a lock, stale after a kill), a run that never trained
+does not lock out the corrected command, an interrupted --overwrite leaves no old results, Ctrl-C and a full disk
+say how to resume, corrupt files and `~` get a clear message. Real processes where the case is about processes."""
+
+import errno
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from helpers.config import get_preset
+from helpers.run import checkpoints as ck
+from helpers.run import folder as fo
+from helpers.run import pipeline
+from helpers.run.folder import RunDirError, plan_run_folder
+from tests.test_checkpoints import CONFIG, make_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Tries the run folder's flock from another process, without the kit: "free" or "held".
+PROBE = ("import sys, filelock\nlock = filelock.FileLock(sys.argv[1], blocking=False)\n"
+         "try:\n    lock.acquire()\nexcept filelock.Timeout:\n    print('held')\nelse:\n    print('free')")
+# Claims a run folder the way the kit does, says so, and holds it until killed.
+HOLDER = ("import sys, time\nfrom helpers.run.folder import plan_run_folder\n"
+          "folder = plan_run_folder(sys.argv[1], 'cpu', overwrite=False)\nprint('claimed', flush=True)\n"
+          "time.sleep(600)")
+
+
+def _lock_from_another_process(run: Path) -> str:
+    return subprocess.run([sys.executable, "-c", PROBE, str(run / fo.LOCK_FILE)], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+@pytest.fixture
+def holder(tmp_path):
+    """A second real process that claimed tmp_path/run and holds it (killed with SIGKILL at the end)."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "claimed"
+        yield run, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+
+
+# ---------------------------------------------------------------------------------------------- the lock
+
+
+def test_a_second_process_is_refused_at_once_naming_the_holder_and_a_killed_holder_leaves_no_lock(holder, capsys):
+    run, proc = holder
+    started = time.time()
+    with pytest.raises(RunDirError) as refused:
+        plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
+    assert time.time() - started < 2  # not blocking: refused at once
+    text = str(refused.value)
+    assert f"in use by process {proc.pid} on {os.uname().nodename}, started 20" in text
+    assert "Fix: wait for it to finish, stop it (kill" in text and "choose another --run-dir" in text
+    with pytest.raises(RunDirError, match="in use by process"):  # --overwrite does not take a busy folder either
+        plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)
+    assert json.loads((run / fo.LOCK_INFO).read_text())["pid"] == proc.pid  # the refusals left the holder's claim
+
+    proc.send_signal(signal.SIGKILL)  # the holder dies without releasing anything: its info file stays
+    proc.wait(timeout=60)
+    assert (run / fo.LOCK_INFO).exists()
+    folder = plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
+    assert folder.lock.held
+    assert f"cleared a stale lock on {run}: process {proc.pid}" in capsys.readouterr().out
+    assert json.loads((run / fo.LOCK_INFO).read_text())["pid"] == os.getpid()
+    folder.release()
+    assert not (run / fo.LOCK_INFO).exists() and _lock_from_another_process(run) == "free"
+
+
+def test_the_command_line_refuses_a_folder_another_process_trains_in(holder):
+    run, proc = holder
+    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--run-dir", str(run)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"in use by process {proc.pid}" in r.stderr and "Fix: wait for it to finish" in r.stderr
+    assert not (run / "config.json").exists()  # nothing written beside the holder's run
+
+
+def test_the_same_process_may_claim_its_folder_again_until_the_last_claim_goes(tmp_path):
+    """A notebook re-running its start cell: the earlier RunState still holds the folder when start() runs again."""
+    run = tmp_path / "run"
+    first = plan_run_folder(run, "cpu", overwrite=False)
+    second = plan_run_folder(run, "cpu", overwrite=False)  # not refused: this process holds it
+    assert _lock_from_another_process(run) == "held"
+    first.release()
+    first.release()  # harmless twice
+    assert second.lock.held and _lock_from_another_process(run) == "held"
+    del second  # the notebook's variable now points elsewhere: garbage collected, claim released
+    gc.collect()
+    assert _lock_from_another_process(run) == "free"
+
+
+def test_start_holds_the_folder_until_finish_releases_it(tmp_path):
+    state = pipeline.start(get_preset("cpu", max_steps=2), pipeline.RunOptions(run_dir=tmp_path / "run"))
+    assert state.folder.lock.held and _lock_from_another_process(state.run_dir) == "held"
+    state.folder.release()  # what finish() does after summary.json
+    assert _lock_from_another_process(state.run_dir) == "free"
+
+
+def test_a_refused_plan_claims_nothing_and_leaves_no_folder(tmp_path):
+    with pytest.raises(RunDirError, match="no run to resume"):
+        plan_run_folder(tmp_path / "new", "cpu", overwrite=False, resume=True, config=CONFIG)
+    assert not (tmp_path / "new").exists()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text('{"steps": 3}')
+    with pytest.raises(RunDirError, match="finished run"):
+        plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
+    assert _lock_from_another_process(run) == "free" and not (run / fo.LOCK_INFO).exists()
+
+
+# ------------------------------------------------------------------------- a run that never trained a step
+
+
+def test_a_run_that_failed_before_its_first_step_is_replaced_by_the_corrected_command(tmp_path, capsys):
+    """e.g. --lr-scheduler-type bogus found after the model loaded and before.json was written: config.json and
+    before.json are all the folder holds, and the corrected command must not be refused as "other settings"."""
+    run = tmp_path / "run"
+    failed = pipeline.start(get_preset("cpu", learning_rate=1e-4), pipeline.RunOptions(run_dir=run))
+    (run / "before.json").write_text('{"accuracy": 0.1}')
+    (run / "metrics.jsonl").write_text("")
+    del failed  # the failed process ended
+    gc.collect()
+    fixed = pipeline.start(get_preset("cpu", learning_rate=2e-4), pipeline.RunOptions(run_dir=run))
+    out = capsys.readouterr().out
+    assert "stopped before its first step (no checkpoint, no metrics) with other settings (learning_rate: 0.0001 " \
+           "-> 0.0002)" in out and "starting it afresh" in out
+    assert not fixed.folder.continuing and fixed.folder.resume_from is None
+    assert json.loads((run / "config.json").read_text())["learning_rate"] == 2e-4
+    assert not (run / "before.json").exists()  # evaluated under the old settings: evaluated again
+
+
+def test_a_run_that_trained_keeps_refusing_other_settings(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(CONFIG))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')  # a step was trained (no checkpoint: --save-steps 0)
+    with pytest.raises(RunDirError, match="other settings"):
+        plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, learning_rate=1e-3))
+    (run / "metrics.jsonl").write_text("")
+    with pytest.raises(RunDirError, match="other settings"):  # --resume insists on continuing: never replaced
+        plan_run_folder(run, "cpu", overwrite=False, resume=True, config=dict(CONFIG, learning_rate=1e-3))
+    assert (run / "config.json").exists()
+
+
+# --------------------------------------------------------------------------------- resume never over-trains
+
+
+@pytest.mark.parametrize("latest, max_steps, done", [(2, 2, True), (3, 2, True), (2, 3, False), (2, 4, False),
+                                                     (4, 4, True)])
+def test_a_checkpoint_at_max_steps_goes_straight_to_the_final_evaluation(tmp_path, capsys, latest, max_steps, done):
+    """num_iterations=2 samples every other step: checkpoints at 2 and 4 end a sampled batch, 3 does not; whichever
+    step the latest complete checkpoint holds, it is never trained past max_steps."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dict(CONFIG, max_steps=max_steps)))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, latest + 1)))
+    for step in range(1, latest + 1):
+        make_checkpoint(run / "trainer", step)
+    plan = plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=max_steps))
+    assert plan.continuing and plan.resume_from.step == latest and plan.training_done is done
+    out = capsys.readouterr().out
+    assert (f"checkpoint-{latest} already reached max_steps={max_steps}" in out) is done
+    assert (f"resuming from step {latest}" in out) is not done
+
+
+def test_train_restores_a_finished_checkpoint_instead_of_training(tmp_path, monkeypatch):
+    """The adapter and the TrainerState come from the checkpoint: finish() then reports max_steps, not max_steps+1."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    def tiny():
+        torch.manual_seed(0)
+        return get_peft_model(torch.nn.Sequential(torch.nn.Linear(4, 4)), LoraConfig(r=2, target_modules=["0"]))
+
+    trained = tiny()
+    for name, p in trained.named_parameters():
+        if "lora_B" in name:
+            p.data.fill_(0.5)  # LoRA B starts at zero: a trained adapter does not
+    ckpt = make_checkpoint(tmp_path / "trainer", 2)
+    save_file(get_peft_model_state_dict(trained), str(ckpt / "adapter_model.safetensors"))
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2,
+                                                         "log_history": [{"step": 2, "loss": 0.1}]}))
+    trainer = types.SimpleNamespace(model=tiny(), state=None, train=lambda **k: pytest.fail("trained again"))
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", folder=fo.RunFolder(tmp_path, tmp_path / "trainer",
+                                                                   ck.list_checkpoints(tmp_path / "trainer")[0],
+                                                                   continuing=True, training_done=True))
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
+    pipeline.train(state, trainer)
+    assert trainer.state.global_step == 2 and trainer.state.log_history == [{"step": 2, "loss": 0.1}]
+    got = get_peft_model_state_dict(trainer.model)
+    assert all(torch.equal(got[k], v) for k, v in get_peft_model_state_dict(trained).items())
+
+
+# ----------------------------------------------------------------------------------- --overwrite, interrupted
+
+
+def _finished_run(tmp_path) -> Path:
+    """A finished run that was extended once: every kind of result the kit writes."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(CONFIG))
+    for name in ("summary.json", "eval.json", "summary-step-2.json", "eval-step-2.json", "before.json"):
+        (run / name).write_text('{"steps": 3}')
+    for name in ("samples.jsonl", "metrics.jsonl", "metrics.redone.jsonl", "dashboard_samples.json"):
+        (run / name).write_text('{"step": 1}\n')
+    for name in ("reward_curve.png", "dashboard.png"):
+        (run / name).write_bytes(b"\x89PNG")
+    (run / "adapter").mkdir()
+    (run / "adapter" / "adapter_model.safetensors").write_bytes(b"old")
+    for step in (2, 3):
+        make_checkpoint(run / "trainer", step)
+    return run
+
+
+OLD_RESULTS = ("summary.json", "eval.json", "summary-step-2.json", "eval-step-2.json", "before.json", "samples.jsonl",
+               "metrics.jsonl", "metrics.redone.jsonl", "dashboard_samples.json", "reward_curve.png", "dashboard.png",
+               "adapter", "config.json", "trainer/checkpoint-2", "trainer/checkpoint-3")
+
+
+def test_overwrite_removes_every_old_result_before_the_new_config_is_written(tmp_path, monkeypatch, capsys):
+    run = _finished_run(tmp_path)
+
+    def interrupted(*args, **kwargs):  # the user presses Ctrl-C right after the overwrite planning
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_config", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.start(get_preset("cpu", learning_rate=1e-4), pipeline.RunOptions(run_dir=run, overwrite=True))
+    left = [name for name in OLD_RESULTS if (run / name).exists()]
+    assert left == [], f"old results left beside new settings: {left}"
+    out = capsys.readouterr().out
+    assert "--overwrite: replacing the earlier run" in out and "summary.json, eval.json" in out
+    assert "trainer/checkpoint-3" in out and "before anything new is written" in out
+
+
+def test_an_overwrite_cut_short_while_removing_never_leaves_a_finished_run(tmp_path, monkeypatch):
+    run = _finished_run(tmp_path)
+
+    def cut(path, *a, **k):
+        raise KeyboardInterrupt  # interrupted when it reaches the first folder (adapter/)
+
+    monkeypatch.setattr(fo.shutil, "rmtree", cut)
+    with pytest.raises(KeyboardInterrupt):
+        plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)
+    assert not (run / "summary.json").exists() and not (run / "eval.json").exists()
+    monkeypatch.undo()
+    with pytest.raises(RunDirError, match="holds an unfinished run with other settings"):  # not "a finished run"
+        plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, learning_rate=1e-3))
+    plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)  # the same --overwrite again finishes the job
+    assert [name for name in OLD_RESULTS if (run / name).exists()] == []
+
+
+# ------------------------------------------------------------------------------------ Ctrl-C and a full disk
+
+
+def _state_with_checkpoint(tmp_path, save_steps=1):
+    state = pipeline.start(get_preset("cpu", max_steps=4),
+                           pipeline.RunOptions(run_dir=tmp_path / "run", save_steps=save_steps))
+    if save_steps:
+        make_checkpoint(state.folder.checkpoint_dir, 2)
+    return state
+
+
+def _trainer_raising(err):
+    def train(**kwargs):
+        raise err
+
+    return types.SimpleNamespace(train=train, state=types.SimpleNamespace(global_step=3))
+
+
+def test_ctrl_c_during_training_says_how_to_resume_and_reraises(tmp_path, monkeypatch, capsys):
+    state = _state_with_checkpoint(tmp_path)
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "helpers" / "train.py"), "--run-dir", str(state.run_dir)])
+    capsys.readouterr()
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.train(state, _trainer_raising(KeyboardInterrupt()))
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[grpo-kit]")]
+    assert lines == [f"[grpo-kit] interrupted at step 3. To resume, run `python -m helpers.train --run-dir "
+                     f"{state.run_dir}` again: it resumes from checkpoint-2 (step 2)"]
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py"])  # a notebook: the cells, not a command
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.train(state, _trainer_raising(KeyboardInterrupt()))
+    assert "same RUN_DIR" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("err", [OSError(errno.ENOSPC, "No space left on device"),
+                                 RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 3136 vs "
+                                              "3030"),
+                                 RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")])
+def test_a_full_disk_while_saving_a_checkpoint_says_free_space_and_resume(tmp_path, monkeypatch, err):
+    state = _state_with_checkpoint(tmp_path)
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
+    if "file write failed" in str(err):
+        err.__context__ = OSError(errno.ENOSPC, "No space left on device")  # ENOSPC underneath torch's error
+    with pytest.raises(RunDirError) as full:
+        pipeline.train(state, _trainer_raising(err))
+    text = str(full.value)
+    assert text.startswith(f"the disk is full: writing {state.folder.checkpoint_dir} failed at step 3 (")
+    assert "GB free" in text and "Fix: free some space" in text and "resumes from checkpoint-2 (step 2)" in text
+
+
+def test_other_errors_in_training_pass_through_unchanged(tmp_path, monkeypatch):
+    state = _state_with_checkpoint(tmp_path, save_steps=0)
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        pipeline.train(state, _trainer_raising(RuntimeError("shape mismatch")))
+    assert ck.resume_point(state.folder.checkpoint_dir, 0).startswith("starts over from step 0 (this run saves no")
+
+
+# ----------------------------------------------------------------------------------- corrupt files and ~
+
+
+@pytest.mark.parametrize("name", ["config.json", "summary.json"])
+def test_a_truncated_json_file_is_named_with_the_fix(tmp_path, name):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(CONFIG))
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / name).write_text('{"steps": 3, "bef')
+    with pytest.raises(RunDirError) as bad:
+        plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=5))
+    assert f"{run / name} is unreadable (JSONDecodeError" in str(bad.value)
+    assert "Fix: pass --overwrite to start the run over, or choose a new --run-dir" in str(bad.value)
+    plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)  # the fix works
+    assert not (run / name).exists()
+
+
+def test_a_tilde_run_dir_and_a_truncated_summary_on_the_command_line(tmp_path):
+    """`--run-dir=~/x`: the shell leaves that ~ alone; the kit expands it (no folder named ~ in the kit)."""
+    run = tmp_path / "x"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "summary.json").write_text('{"steps": 2, "af')  # the disk filled while it was written
+    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--run-dir=~/x"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(tmp_path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"{run / 'summary.json'} is unreadable" in r.stderr and "--overwrite" in r.stderr
+    assert not (ROOT / "~").exists()
+    assert fo.resolve_run_dir("~/x", "cpu") == Path.home() / "x"
