@@ -24,6 +24,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.util
+import io
 import json
 import os
 import re
@@ -31,6 +32,8 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import time
+import tokenize
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,12 +140,32 @@ def _mentions(tree: ast.AST, name: str) -> bool:
                or (isinstance(n, ast.alias) and n.name.split(".")[-1] == name) for n in ast.walk(tree))
 
 
+def _source(script: Path) -> str:
+    """The script's text, decoded as Python will run it (UTF-8 unless a `# -*- coding: ... -*-` line says
+    otherwise); CapstoneError naming the path and the fix for a folder, a missing file or a byte that is not UTF-8."""
+    if script.is_dir():
+        raise CapstoneError(f"{script} is a folder, not a script. Fix: pass the path of the .py file inside it, e.g. "
+                            f"{script / 'train_grpo.py'}")
+    if not script.is_file():
+        raise CapstoneError(f"{script} does not exist. Fix: write train_grpo.py (capstone/README.md), then check it.")
+    data = script.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise CapstoneError(
+            f"{script.name} is not UTF-8: byte 0x{data[err.start]:02x} on line {line} (a character such as 'é' saved "
+            "as Latin-1 or Windows-1252), and Python reads scripts as UTF-8. Fix: save the file as UTF-8 (your "
+            "editor's 'Save with encoding', or `iconv -f latin1 -t utf-8`), then check again.") from None
+    except SyntaxError as err:  # detect_encoding: a coding line that names no known encoding
+        raise CapstoneError(f"{script.name}: {err.msg}. Fix: remove the coding line, or name utf-8 in it.") from None
+
+
 def read_script(script: Path) -> None:
     """The checks that need no run: the file exists and parses, it is written (no TODO left in place of the
     trainer), it imports none of the kit's pipeline, and it names GRPOTrainer. Raises CapstoneError."""
-    if not script.is_file():
-        raise CapstoneError(f"{script} does not exist. Fix: write train_grpo.py (capstone/README.md), then check it.")
-    source = script.read_text()
+    source = _source(script)
     try:
         tree = ast.parse(source, str(script))
     except SyntaxError as err:
@@ -169,6 +192,27 @@ class _Recorder:
     def __init__(self, report: Path):
         self.report = report
         self.trainers, self.imports = [], []
+
+    def note(self, text: str) -> None:
+        """One line of what the script is doing, for the checker to show as it happens (progress)."""
+        with open(self.report.with_suffix(".progress"), "a") as f:
+            f.write(text + "\n")
+
+    def watch_steps(self, trainer) -> None:
+        """A callback that notes each finished step (a transformers trainer; anything else: start and end only)."""
+        try:
+            from transformers import TrainerCallback
+        except ImportError:
+            return
+        if not hasattr(trainer, "add_callback"):
+            return
+        recorder = self
+
+        class StepNotes(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                recorder.note(f"GRPO step {state.global_step}/{state.max_steps} done")
+
+        trainer.add_callback(StepNotes())
 
     # -- imports made by code outside helpers/ (the script, or a module of the student's), noted before importing:
     # an import that fails is still the student's
@@ -200,13 +244,18 @@ class _Recorder:
         @functools.wraps(init)
         def recorded_init(trainer, *args, **kwargs):
             self.trainers.append({"trainer": trainer, "train_called": False})
+            self.note(f"built {type(trainer).__name__}")
             return init(trainer, *args, **kwargs)
 
         @functools.wraps(train)
         def recorded_train(trainer, *args, **kwargs):
             for t in self.trainers:
                 t["train_called"] |= t["trainer"] is trainer
-            return train(trainer, *args, **kwargs)
+            self.watch_steps(trainer)
+            self.note("trainer.train() started")
+            result = train(trainer, *args, **kwargs)
+            self.note(f"trainer.train() returned at step {getattr(getattr(trainer, 'state', None), 'global_step', 0)}")
+            return result
 
         trainer_cls.__init__, trainer_cls.train = recorded_init, recorded_train
 
@@ -280,17 +329,62 @@ def _bootstrap(script: str, report: str, argv: list[str]) -> None:
 # ------------------------------------------------------------------------------------- after running: the verdict
 
 
+SHOW_PROGRESS = True  # say what the script is doing while it runs (about a minute); tests switch it off
+HEARTBEAT_S = 15  # a "still running" line after this many quiet seconds
+
+
+def _say(text: str) -> None:
+    if SHOW_PROGRESS:
+        print(f"[grpo-kit] capstone: {text}", flush=True)
+
+
+def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:
+    """Wait for the script, printing each step the bootstrap notes (and a heartbeat when quiet) with the elapsed
+    time; subprocess.TimeoutExpired past timeout (the script is killed)."""
+    started = last_said = time.monotonic()
+    shown = 0
+    while True:
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        notes = progress.read_text().splitlines() if progress.is_file() else []
+        for note in notes[shown:]:
+            _say(f"{note} ({now - started:.0f} s)")
+            last_said = now
+        shown = len(notes)
+        if proc.returncode is not None:
+            _say(f"the script ended after {now - started:.0f} s (exit {proc.returncode}); judging what it did")
+            return
+        if now - started > timeout:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        if now - last_said >= HEARTBEAT_S:
+            doing = f"since: {notes[-1]}" if notes else "importing TRL and loading the model come first"
+            _say(f"still running ({now - started:.0f} s; {doing})")
+            last_said = now
+
+
 def _run(script: Path, steps: int, out: Path, tmp: Path, timeout: int) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp / REPORT
     code = (f"from helpers.capstone import _bootstrap; _bootstrap({str(script)!r}, {str(report)!r}, "
             f"['--max-steps', {str(steps)!r}, '--output-dir', {str(out)!r}])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(KIT), os.environ.get("PYTHONPATH", "")] if p)}
-    try:
-        r = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CapstoneError(f"the script ran past {timeout} s for {steps} steps. Fix: pass max_steps=args.max_steps "
-                            "to GRPOConfig, and keep max_completion_length small on a CPU (64).") from None
+    _say(f"running {script.name} --max-steps {steps} in a fresh Python (about a minute on a CPU) ...")
+    args = [sys.executable, "-c", code]
+    with open(tmp / "stdout.txt", "w+") as stdout, open(tmp / "stderr.txt", "w+") as stderr:
+        proc = subprocess.Popen(args, cwd=tmp, env=env, stdout=stdout, stderr=stderr, text=True)
+        try:
+            _wait(proc, report.with_suffix(".progress"), timeout)
+        except subprocess.TimeoutExpired:
+            raise CapstoneError(f"the script ran past {timeout} s for {steps} steps. Fix: pass "
+                                "max_steps=args.max_steps to GRPOConfig, and keep max_completion_length small on a "
+                                "CPU (64).") from None
+        stdout.seek(0)
+        stderr.seek(0)
+        r = subprocess.CompletedProcess(args, proc.returncode, stdout.read(), stderr.read())
     if not report.is_file():
         raise CapstoneError(f"the script's interpreter stopped before it finished (exit {r.returncode}); its last "
                             f"output:\n{r.stderr[-2000:]}")

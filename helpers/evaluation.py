@@ -2,6 +2,9 @@
 
 Greedy decoding, so two evaluations of the same model give the same numbers; the scorer is the reward module's
 answers_match, so "what counts as correct" is defined once for training and evaluation alike.
+
+Every evaluation shows its progress (a tqdm bar of decoding steps, in a terminal and in a notebook; vLLM's own bar
+too). SHOW_PROGRESS = False (or TQDM_DISABLE=1) silences it.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from tqdm.std import tqdm
+
 from helpers import runtime as rt
-from helpers.model import generate, has_vllm_engine, load, load_cpu
+from helpers.model import decoding_steps, generate, has_vllm_engine, load, load_cpu
 from helpers.prompts import extract_answer
 from helpers.rewards import answers_match, strict_format_reward
 
@@ -44,9 +49,21 @@ def score(completions: list[str], rows: list[dict]) -> dict:
     }
 
 
+SHOW_PROGRESS = True  # the progress bars of evaluate and pass@k; False where they would flood (tests)
+
+
+def progress(total: int, what: str):
+    """A tqdm bar for a wait over a few seconds (stderr; redrawn in place in a terminal, Jupyter and Colab), counted
+    in decoding steps: helpers.model.generate advances it without changing how the questions are batched."""
+    return tqdm(total=total, desc=f"[grpo-kit] {what}", unit="step", disable=not SHOW_PROGRESS, dynamic_ncols=True,
+                mininterval=1.0)
+
+
 def evaluate(model, tokenizer, rows: list[dict], settings, lora_path=None) -> dict:
     """Greedy completions for rows, scored. lora_path selects a saved adapter on the GPU path."""
-    completions = generate(model, tokenizer, [r["prompt"] for r in rows], settings, greedy=True, lora_path=lora_path)
+    prompts = [r["prompt"] for r in rows]
+    with progress(decoding_steps(model, len(prompts), settings), f"evaluating {len(rows)} questions (greedy)") as bar:
+        completions = generate(model, tokenizer, prompts, settings, greedy=True, lora_path=lora_path, progress=bar)
     return score(completions, rows)
 
 
@@ -173,9 +190,12 @@ def sample_answers(model, tokenizer, rows: list[dict], settings, n: int, lora_pa
     """n sampled (temperature) completions per question: one generate() round per sample, each with its own
     seed (vLLM seeds every request with settings.seed, so repeating a prompt in one round would repeat it)."""
     rounds = []
-    for j in range(n):
-        s = replace(settings, seed=settings.seed + 1000 + j)
-        rounds.append(generate(model, tokenizer, [r["prompt"] for r in rows], s, greedy=False, lora_path=lora_path))
+    prompts = [r["prompt"] for r in rows]
+    with progress(n * decoding_steps(model, len(prompts), settings),
+                  f"sampling {n} answers to each of {len(rows)} questions for pass@k") as bar:
+        for j in range(n):
+            s = replace(settings, seed=settings.seed + 1000 + j)
+            rounds.append(generate(model, tokenizer, prompts, s, greedy=False, lora_path=lora_path, progress=bar))
     return [[rounds[j][i] for j in range(n)] for i in range(len(rows))]
 
 

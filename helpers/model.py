@@ -361,12 +361,17 @@ def chat_texts(tokenizer, prompts) -> list[str]:
     ]
 
 
-def generate(model, tokenizer, prompts, settings, greedy: bool = True, lora_path=None, batch_size: int = 64) -> list[str]:
+GENERATE_BATCH = 64  # prompts per transformers generate() call on the CPU path
+
+
+def generate(model, tokenizer, prompts, settings, greedy: bool = True, lora_path=None, batch_size: int = GENERATE_BATCH,
+             progress=None) -> list[str]:
     """Completions for a list of prompts (chat messages or strings), one per prompt.
 
     GPU (Unsloth + vLLM): vLLM's fast_generate; lora_path is a folder saved with model.save_lora, LIVE_ADAPTER
     (the adapter in memory now) or None (the base model).
     CPU: transformers generate with whatever adapter the peft model holds.
+    progress: a tqdm bar advanced by decoding steps (decoding_steps() of them in all), without changing a token.
     """
     texts = chat_texts(tokenizer, prompts)
     if has_vllm_engine(model):
@@ -376,8 +381,35 @@ def generate(model, tokenizer, prompts, settings, greedy: bool = True, lora_path
         outputs = model.fast_generate(
             texts, sampling_params=SamplingParams(**vllm_sampling_kwargs(settings, greedy)), lora_request=lora_request
         )
+        if progress is not None:
+            progress.update(decoding_steps(model, len(texts), settings))
         return [o.outputs[0].text for o in outputs]
-    return _generate_hf(model, tokenizer, texts, settings, greedy, batch_size)
+    return _generate_hf(model, tokenizer, texts, settings, greedy, batch_size, progress)
+
+
+def decoding_steps(model, n_prompts: int, settings, batch_size: int = GENERATE_BATCH) -> int:
+    """The most decoding steps generate() takes for n_prompts: a progress bar's total (vLLM: one batch)."""
+    batches = 1 if has_vllm_engine(model) else -(-n_prompts // batch_size)
+    return batches * settings.eval_max_new_tokens
+
+
+class DecodingProgress:
+    """A transformers streamer that only counts: generate() hands it the prompt once, then one token per row at each
+    decoding step, and calls end() when the batch is done (all rows at EOS, or max_new_tokens)."""
+
+    def __init__(self, bar, max_new_tokens: int):
+        self.bar, self.max_new_tokens = bar, max_new_tokens
+        self.prompt_seen, self.steps = False, 0
+
+    def put(self, value) -> None:
+        if self.prompt_seen:
+            self.steps += 1
+            self.bar.update(1)
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        self.bar.update(max(0, self.max_new_tokens - self.steps))  # a batch that stopped early: the rest at once
+        self.prompt_seen, self.steps = False, 0
 
 
 # lora_path value meaning "the adapter the model holds in memory now" (vLLM path): its tensors are sent to vLLM
@@ -462,7 +494,7 @@ def generate_shared_prefix(model, input_ids, attention_mask, generation_config=N
                     generation_config=generation_config, **kwargs)
 
 
-def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
+def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size, progress=None):
     import torch
 
     was_training = model.training
@@ -479,6 +511,8 @@ def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size):
                     kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 else:
                     kwargs.update(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
+                if progress is not None:
+                    kwargs["streamer"] = DecodingProgress(progress, settings.eval_max_new_tokens)
                 with merged_lora(model):
                     ids = generate_shared_prefix(model, batch["input_ids"], batch["attention_mask"], **kwargs)
                 new = ids[:, batch["input_ids"].shape[1]:]

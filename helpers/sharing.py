@@ -10,8 +10,8 @@
 Never overwrites an existing export folder unless overwrite=True. Exports go to this machine's disk, never to
 Google Drive unless asked (export_dir(..., to_drive=True)): a run folder on Drive gets its exports in
 /content/exports/<run name> (a merged 1.5B model is about 3 GB; Drive's free quota is 15 GB). The Hugging Face
-token is read from Colab's secrets (google.colab.userdata.get("HF_TOKEN")) or the HF_TOKEN environment variable,
-passed straight to the upload call, and never printed, logged or written anywhere; error messages from the upload
+token is read from Colab's secrets (google.colab.userdata.get("HF_TOKEN")), else huggingface_hub.get_token() (the
+HF_TOKEN environment variable, or the token `hf auth login` saved under HF_HOME), passed straight to the upload call, and never printed, logged or written anywhere; error messages from the upload
 are scrubbed of it.
 """
 
@@ -33,7 +33,8 @@ MISSING_TOKEN = (
     "No Hugging Face token found. Create one at https://huggingface.co/settings/tokens (type 'Write'), then:\n"
     "  - on Colab: click the key icon in the left sidebar > Secrets > Add new secret, name it HF_TOKEN, paste the "
     "token as its value, and switch on 'Notebook access';\n"
-    "  - elsewhere: export HF_TOKEN=... in the shell that starts Jupyter or python.\n"
+    "  - elsewhere: run `hf auth login` once (it saves the token under ~/.cache/huggingface), or export "
+    "HF_TOKEN=... in the shell that starts Jupyter or python.\n"
     "Never paste the token into a notebook cell: notebooks get shared, and the token goes with them."
 )
 
@@ -355,10 +356,11 @@ def load_gguf(path):
 
 
 def hf_token(environ=None, userdata=None) -> str:
-    """The token from Colab secrets, else $HF_TOKEN; MissingTokenError (with how to add it) otherwise.
+    """The token from Colab secrets, else $HF_TOKEN, else the one `hf auth login` saved (huggingface_hub.get_token()
+    reads both, as every Hub call does); MissingTokenError (with how to add it) otherwise.
 
-    The value is returned to the caller only; it is never printed. `userdata` replaces google.colab.userdata
-    (tests).
+    The value is returned to the caller only; it is never printed. `userdata` replaces google.colab.userdata and
+    `environ` os.environ (tests): with an `environ` of its own, only that mapping is read, not this machine's login.
     """
     environ = os.environ if environ is None else environ
     if userdata is None and any(k.startswith("COLAB_") for k in environ):
@@ -374,6 +376,10 @@ def hf_token(environ=None, userdata=None) -> str:
         if token:
             return token
     token = environ.get(TOKEN_NAME)
+    if not token and environ is os.environ:
+        from huggingface_hub import get_token  # the environment, then HF_HOME's token file (`hf auth login`)
+
+        token = get_token()
     if token:
         return token
     raise MissingTokenError(MISSING_TOKEN)

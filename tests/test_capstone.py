@@ -130,8 +130,15 @@ def test_a_script_that_trains_a_grpo_trainer_passes(tmp_path, fake_trl, capsys):
     assert result.passed and repr(result).startswith("Passed: "), repr(result)
     assert "trained 2 steps" in repr(result) and "my_reward" in repr(result) and "0.250, 0.500" in repr(result)
     assert result.details["lora_b_nonzero"] == result.details["lora_b_tensors"] == 1
+    capsys.readouterr()
     assert capstone.main([str(tmp_path / "train_grpo.py")]) == 0
-    assert capsys.readouterr().out.startswith("Passed: ")
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("Passed: ")
+    # what the script is doing, as it happens, with the elapsed time (the real check runs about a minute)
+    assert out[0].startswith("[grpo-kit] capstone: running train_grpo.py --max-steps 2 in a fresh Python")
+    assert any(re.fullmatch(r"\[grpo-kit\] capstone: built GRPOTrainer \(\d+ s\)", line) for line in out)
+    assert any(line.startswith("[grpo-kit] capstone: trainer.train() returned at step 2 (") for line in out)
+    assert re.fullmatch(r"\[grpo-kit\] capstone: the script ended after \d+ s \(exit 0\); judging what it did", out[-2])
 
 
 def test_a_subclass_of_grpo_trainer_counts(tmp_path, fake_trl):
@@ -146,6 +153,26 @@ def test_missing_script_says_what_to_do(tmp_path, capsys):
     _not_yet(capstone.check(tmp_path / "train_grpo.py"), "does not exist", "Fix: write train_grpo.py")
     assert capstone.main([str(tmp_path / "train_grpo.py")]) == 1
     assert capsys.readouterr().err.startswith("Not yet: ")
+
+
+def test_a_folder_is_called_a_folder_and_a_missing_file_missing(tmp_path):
+    _not_yet(capstone.check(tmp_path), f"{tmp_path} is a folder, not a script",
+             f"Fix: pass the path of the .py file inside it, e.g. {tmp_path / 'train_grpo.py'}")
+    message = _not_yet(capstone.check(tmp_path / "nope.py"), "nope.py does not exist")
+    assert "is a folder" not in message
+
+
+def test_a_latin1_byte_names_the_line_and_says_save_as_utf8(tmp_path, capsys):
+    script = tmp_path / "train_grpo.py"
+    script.write_bytes(GOOD.encode() + "# caf\u00e9: r\u00e9compense\n".encode("latin-1"))
+    line = GOOD.count("\n") + 1
+    _not_yet(capstone.check(script), f"train_grpo.py is not UTF-8: byte 0xe9 on line {line}",
+             "Fix: save the file as UTF-8")
+    assert capstone.main([str(script)]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    # a coding line makes it valid Python: then it is read as the line says, and only the usual checks apply
+    script.write_bytes(b"# -*- coding: latin-1 -*-\n" + script.read_bytes())
+    capstone.read_script(script)
 
 
 def test_the_kit_pipeline_is_refused_before_running(tmp_path):
@@ -301,3 +328,14 @@ def test_the_notebook_writes_the_reference_solution():
     magic, exercise, marker, *script = cell.source.splitlines()
     assert re.fullmatch(r"%%writefile \S+", magic) and exercise.startswith("# Exercise 9.1: ") and marker == "# SOLUTION"
     assert "\n".join(script).strip() == REFERENCE.read_text().strip()
+
+
+def test_a_quiet_wait_gets_a_heartbeat_and_a_script_past_the_timeout_is_stopped(tmp_path, fake_trl, monkeypatch, capsys):
+    monkeypatch.setattr(capstone, "HEARTBEAT_S", 1)
+    slow = GOOD.replace("trainer = GRPOTrainer(", "import time\ntime.sleep(2.5)\ntrainer = GRPOTrainer(")
+    assert capstone.check(_script(tmp_path, slow)).passed
+    assert "[grpo-kit] capstone: still running (" in capsys.readouterr().out
+    started = time.monotonic()
+    _not_yet(capstone.check(_script(tmp_path, "import time\nfrom trl import GRPOTrainer\ntime.sleep(60)\n"), timeout=2),
+             "the script ran past 2 s for 2 steps")
+    assert time.monotonic() - started < 30  # killed, not waited for

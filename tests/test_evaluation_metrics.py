@@ -4,6 +4,7 @@ import pytest
 
 from helpers import evaluation
 from helpers.run import metrics
+from helpers.config import get_preset
 from helpers.prompts import format_completion
 
 ROWS = [{"question": f"q{i}", "answer": str(i)} for i in range(4)]
@@ -143,3 +144,32 @@ def test_read_run_without_a_finished_run_is_none(tmp_path, capsys):
     (tmp_path / "broken" / "summary.json").write_text("{not json")
     assert evaluation.read_run(tmp_path / "broken") is None
     assert "not readable JSON" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------- progress on the wait
+
+
+def _counting_generate(calls):
+    """generate() as helpers.model's: one call for all the prompts, the progress bar advanced step by step."""
+    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, progress=None):
+        calls.append(len(prompts))
+        if progress is not None:
+            progress.update(evaluation.decoding_steps(model, len(prompts), settings))
+        return [format_completion("r", p[1:]) for p in prompts]  # "p7" -> answer 7: all correct
+    return fake_generate
+
+
+def test_greedy_evaluation_shows_its_progress_in_one_generate_call(monkeypatch, capsys):
+    rows = [{"question": f"q{i}", "answer": str(i), "prompt": f"p{i}"} for i in range(100)]
+    settings = get_preset("cpu", eval_max_new_tokens=8)
+    calls = []
+    monkeypatch.setattr(evaluation, "generate", _counting_generate(calls))
+    monkeypatch.setattr(evaluation, "SHOW_PROGRESS", True)
+    result = evaluation.evaluate(None, None, rows, settings)
+    assert calls == [100] and result["accuracy"] == 1.0  # the questions are batched as before: by generate()
+    err = capsys.readouterr().err
+    assert "[grpo-kit] evaluating 100 questions (greedy)" in err and "16/16" in err  # 2 batches of 64 x 8 steps
+
+    monkeypatch.setattr(evaluation, "SHOW_PROGRESS", False)
+    evaluation.evaluate(None, None, rows, settings)
+    assert "[grpo-kit]" not in capsys.readouterr().err  # the switch tests use where a bar would flood

@@ -47,6 +47,28 @@ def test_generate_greedy_is_deterministic_and_one_per_prompt(loaded):
     assert len(a) == 2 and a == b and all(isinstance(x, str) for x in a)
 
 
+def test_a_progress_bar_counts_decoding_steps_without_changing_a_token(loaded):
+    """Evaluation's progress (helpers.evaluation) rides on generate(): the same answers with and without the bar,
+    which ends at decoding_steps() even when every row stops early; batching is generate()'s own."""
+    from tqdm import tqdm
+
+    preset, model, tok = loaded
+    prompts = ["What is 2 + 3?", "Hello", "Say 7."]
+    plain = m.generate(model, tok, prompts, preset, greedy=True, batch_size=2)
+    seen = []
+
+    class Bar(tqdm):
+        def update(self, n=1):
+            seen.append(n)
+            return super().update(n)
+
+    total = m.decoding_steps(model, len(prompts), preset, batch_size=2)
+    with Bar(total=total, disable=True) as bar:
+        shown = m.generate(model, tok, prompts, preset, greedy=True, batch_size=2, progress=bar)
+    assert shown == plain and total == 2 * preset.eval_max_new_tokens
+    assert sum(seen) == total and seen.count(1) >= 2  # one update per step, the rest of a batch at its end
+
+
 def test_gpu_kwargs_come_from_the_preset():
     t4 = get_preset("t4")
     load = m.unsloth_load_kwargs(t4)

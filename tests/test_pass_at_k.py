@@ -76,7 +76,7 @@ def test_sampled_evaluation_with_fake_completions(monkeypatch):
     seeds = []
     answers = {0: ["0", "0", "x", "x"], 1: ["x", "x", "x", "x"], 2: ["2", "2", "2", "2"]}
 
-    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, batch_size=64):
+    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, batch_size=64, progress=None):
         assert greedy is False
         j = len(seeds)
         seeds.append(settings.seed)
@@ -126,3 +126,20 @@ def test_before_json_is_reused_only_with_the_same_evaluation_settings(tmp_path, 
     assert evaluation.load_before(tmp_path / "missing.json", preset) is None
     (tmp_path / "bad.json").write_text("{")
     assert evaluation.load_before([tmp_path / "bad.json", tmp_path / "before.json"], preset) is not None
+
+
+def test_pass_at_k_sampling_shows_its_progress(monkeypatch, capsys):
+    rows = [{"question": f"q{i}", "answer": str(i), "prompt": f"p{i}"} for i in range(20)]
+    calls = []
+
+    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, progress=None):
+        calls.append(len(prompts))
+        progress.update(evaluation.decoding_steps(model, len(prompts), settings))
+        return [format_completion("r", p[1:]) for p in prompts]
+
+    monkeypatch.setattr(evaluation, "generate", fake_generate)
+    monkeypatch.setattr(evaluation, "SHOW_PROGRESS", True)
+    result = evaluation.evaluate_pass_at_k(None, None, rows, get_preset("cpu"), n=2, ks=[1, 2])
+    assert calls == [20, 20] and result["correct_counts"] == [2] * 20  # one generate() per round, as before
+    err = capsys.readouterr().err
+    assert "[grpo-kit] sampling 2 answers to each of 20 questions for pass@k" in err and "128/128" in err

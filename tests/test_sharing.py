@@ -3,6 +3,9 @@ export folders are never overwritten silently; the Hugging Face token is never p
 
 import copy
 import logging
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from helpers.config import get_preset
 
 PRESET = replace(get_preset("cpu"), eval_max_new_tokens=8)
 PROMPTS = ["What is 2 + 3?", "Sam has 4 apples and eats 1. How many are left?"]
+ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_FAKEtoken1234567890abcdefSECRET"
 
 
@@ -232,3 +236,30 @@ def test_push_refuses_empty_folders_and_bad_repo_ids(tmp_path):
     (tmp_path / "x" / "f").write_text("1")
     with pytest.raises(sharing.SharingError, match="your-username/model-name"):
         sharing.push_folder(tmp_path / "x", "no-slash", token=FAKE_TOKEN, api=FakeApi())
+
+
+def _token_in_fresh_process(hf_home, environ_token=None):
+    """hf_token() in a new interpreter: huggingface_hub reads HF_HOME when it is imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH")
+           and not k.startswith("COLAB_")}
+    env.update(HF_HOME=str(hf_home), **({"HF_TOKEN": environ_token} if environ_token else {}))
+    code = ("import sys; from helpers import sharing\n"
+            "try:\n    t = sharing.hf_token()\nexcept sharing.MissingTokenError as e:\n    print('MISSING', e); sys.exit(3)\n"
+            "import hashlib; print('sha', hashlib.sha256(t.encode()).hexdigest())")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_token_saved_by_hf_auth_login_is_found_and_never_printed(tmp_path):
+    """`hf auth login` writes $HF_HOME/token: hf_token() finds it through huggingface_hub.get_token()."""
+    import hashlib
+
+    (tmp_path / "token").write_text(FAKE_TOKEN + "\n")
+    r = _token_in_fresh_process(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"sha {hashlib.sha256(FAKE_TOKEN.encode()).hexdigest()}" in r.stdout
+    assert FAKE_TOKEN not in r.stdout + r.stderr
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _token_in_fresh_process(empty)
+    assert r.returncode == 3 and "hf auth login" in r.stdout and FAKE_TOKEN not in r.stdout + r.stderr

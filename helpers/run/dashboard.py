@@ -17,7 +17,7 @@ tests/test_dashboard.py checks that the installed (= pinned) TRL still fills it.
 dashboard says so and shows curves only. No extra reward function is added to the training.
 
 Warnings are pure functions of the metric rows (`training_warnings`), tested on synthetic sequences:
-no learning signal (every group tied) for N steps, completions cut off at the length cap for N steps, and a reward
+NaN or infinity in the loss, grad_norm or rewards (the run stops there: helpers.run.health), no learning signal (every group tied) for N steps, completions cut off at the length cap for N steps, and a reward
 that collapsed well below its best.
 """
 
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from helpers.run.health import bad_values
 
 # ------------------------------------------------------------------------------------------ warnings
 
@@ -48,7 +50,7 @@ class WarningRules:
 
 @dataclass(frozen=True)
 class TrainingWarning:
-    kind: str  # "no_signal" | "length_cap" | "reward_collapse"
+    kind: str  # "bad_values" | "no_signal" | "length_cap" | "reward_collapse"
     step: int
     message: str
 
@@ -110,9 +112,20 @@ def reward_collapse_warning(rows, rules: WarningRules = WarningRules()) -> Train
         "checkpoint from before the drop."))
 
 
+def bad_values_warning(rows) -> TrainingWarning | None:
+    """NaN or infinity in a step's loss, grad_norm or rewards (helpers.run.health stops the run there)."""
+    for row in rows:
+        causes = bad_values(row)
+        if causes:
+            return TrainingWarning("bad_values", row.get("step"), (
+                f"Training went bad at step {row.get('step')}: {'; '.join(causes)}. The run stops here and keeps its "
+                "last good checkpoint; summary.json's status says what happened and the fix."))
+    return None
+
+
 def training_warnings(rows, rules: WarningRules = WarningRules(), max_completion_length=None) -> list[TrainingWarning]:
     """Every warning that holds for the metric rows so far (a pure function: rows in, warnings out)."""
-    found = [no_signal_warning(rows, rules), length_cap_warning(rows, rules, max_completion_length),
+    found = [bad_values_warning(rows), no_signal_warning(rows, rules), length_cap_warning(rows, rules, max_completion_length),
              reward_collapse_warning(rows, rules)]
     return [w for w in found if w is not None]
 
@@ -308,7 +321,7 @@ class TrainingDashboard(TrainerCallback):
 
     def __init__(self, run_dir=None, mode: str = "auto", png_every: int = 5, rules: WarningRules = WarningRules(),
                  max_completion_length: int | None = None, history: list[dict] | None = None, n_samples: int = 4,
-                 title: str = "GRPO training", say=None):
+                 title: str = "GRPO training", say=None, verbose: bool = False):
         if mode not in ("auto", "notebook", "headless"):
             raise ValueError(f"mode={mode!r}: use 'auto', 'notebook' or 'headless'")
         self.notebook = in_notebook() if mode == "auto" else mode == "notebook"
@@ -322,6 +335,7 @@ class TrainingDashboard(TrainerCallback):
         self._handles = None
         self._no_samples_said = False
         self.say = say or (lambda m: print(f"[grpo-kit] {m}", flush=True))
+        self.verbose = verbose  # False: this one line per step replaces transformers' dict (trl_patches)
 
     def attach(self, trainer):
         """Register on a trainer and keep a read-only reference to it (for the latest completions)."""

@@ -14,6 +14,13 @@ left, so the step timer (last, outermost) times the CPU versions:
 | GRPOTrainer._get_per_token_logps_and_entropies      | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
 | GRPOTrainer._generate, _calculate_rewards, _save_checkpoint, _get_per_token_logps_and_entropies,
   _generate_and_score_completions; Accelerator.backward; CallbackHandler.call_event | StepTimer.attach | always |
+| trainer.reward_funcs (the plain functions, wrapped) | TrainingHealth.watch_rewards  | a TrainingHealth callback    |
+| ProgressCallback (bar kept, its dict of logs not printed), PrinterCallback (removed) in trainer.callback_handler.callbacks
+                                                      | one_line_per_step                  | a TrainingDashboard that is not verbose |
+
+The last two change no method: the reward functions' outputs are checked (helpers.run.health), and each logged step
+prints the kit's one line (helpers.run.dashboard) instead of transformers' dict of ~40 metrics, which metrics.jsonl
+keeps in full (RunOptions.verbose, --verbose, prints it again).
 
 Outside a run, scripts/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
 (attach_phase_meter). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer and check that what
@@ -26,8 +33,12 @@ from __future__ import annotations
 import contextlib
 import types
 
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
 from helpers.cpu_compat import Bf16Sampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
 from helpers.model import generate_shared_prefix, merged_lora
+from helpers.run.dashboard import TrainingDashboard
+from helpers.run.health import find_health
 from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
 
 # (object on the trainer, "" for the trainer itself) -> the private methods replaced on that instance, by patch.
@@ -62,11 +73,34 @@ def install_trainer_patches(trainer, preset=None) -> None:
                   "slower than fp32; sampling in fp32 instead")
             bf16_sampling = False
         speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
+    health = find_health(trainer)
+    if health is not None:
+        health.watch_rewards(trainer)
+    dashboard = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TrainingDashboard)), None)
+    if dashboard is not None and not dashboard.verbose:
+        one_line_per_step(trainer)
     if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
         try:
             StepTimer().attach(trainer)
         except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
             print(f"[grpo-kit] step timing is off for this trainer: {err}")
+
+
+class BarOnlyProgress(ProgressCallback):
+    """transformers' progress bar without its dict of every logged metric (the kit prints one line per step)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return None
+
+
+def one_line_per_step(trainer) -> None:
+    """Swap transformers' ProgressCallback (bar + a dict of ~40 metrics per log) for BarOnlyProgress and drop its
+    PrinterCallback (the dict alone, with disable_tqdm); notebooks' NotebookProgressCallback prints no dict: kept."""
+    callbacks = trainer.callback_handler.callbacks
+    for i, callback in enumerate(callbacks):
+        if type(callback) is ProgressCallback:
+            callbacks[i] = BarOnlyProgress()
+    callbacks[:] = [c for c in callbacks if type(c) is not PrinterCallback]
 
 
 # ------------------------------------------------------------------------------------------------- CPU speed-ups
