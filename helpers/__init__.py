@@ -20,11 +20,14 @@ run/        the run's wing: everything between the setup cell (or the command li
     pipeline.py        the named steps (start, load_model, ... finish) that the CLI and notebook 05 both call
     options.py         RunOptions: how to run (folder, checkpoints, resume, dashboard), each a flag of helpers.train
     guard.py           the one check before any model loads: validate, predict memory, refuse with the fix, Unsloth first
-    folder.py          the run folder: fresh start, resume or refusal; config.json written, read and compared
+    folder.py          the run folder: one process at a time (a lock), fresh start, resume or refusal; config.json
+                       written, read and compared
+    reward_specs.py    --reward module:name turned into reward functions, before TRL is imported
     trl_patches.py     every patch on TRL's private methods, named in one table, installed in one order
     step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
     metrics.py         metrics.jsonl per step, the reward curve
     dashboard.py       live curves, samples and warnings while training
+    health.py          NaN/inf in loss, gradients or rewards, or an unusable reward output: stop at that step, say why
     checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive
     distributed.py     several processes under accelerate launch
 memory/     GPU memory, predicted and measured (python -m helpers.memory):
