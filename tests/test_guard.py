@@ -29,7 +29,7 @@ def test_need_free_gb_falls_back_only_for_a_model_without_a_prediction(monkeypat
 
 
 @pytest.mark.parametrize("preset,runtime,error", [
-    (get_preset("t4"), fake_runtime("cpu"), PresetError),                     # a GPU preset on a CPU machine
+    (get_preset("t4"), fake_runtime("cpu"), RuntimeProblem),                  # a GPU preset on a CPU machine
     (get_preset("t4"), fake_runtime("t4", free_gpu_gb=1.0), RuntimeProblem),  # too little free GPU memory
     (get_preset("t4"), fake_runtime("t4", has_vllm=False), RuntimeProblem),   # the GPU stack is missing
 ])

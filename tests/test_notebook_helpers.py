@@ -1,4 +1,5 @@
-"""Fast tests of the helpers the notebooks call (helpers.notebook_setup, helpers.teaching.course, helpers.teaching.reward_lab)."""
+"""Fast tests of the helpers the notebooks call (helpers.notebook_setup and helpers.colab, helpers.teaching.course,
+helpers.teaching.reward_lab, the adapter finder in helpers.sharing)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import notebook_setup
+from helpers import colab, notebook_setup, sharing
 from helpers.run import pipeline
 from helpers.teaching import course, reward_lab
 from helpers.runtime import RuntimeProblem, fake_runtime
@@ -18,14 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_kit_root_is_found_from_the_notebooks_folder():
-    assert notebook_setup.kit_root(ROOT / "notebooks") == ROOT
-    assert notebook_setup.kit_root(ROOT) == ROOT
+    assert colab.kit_root(ROOT / "notebooks") == ROOT
+    assert colab.kit_root(ROOT) == ROOT
 
 
 def test_kit_root_outside_the_kit_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(notebook_setup, "COLAB_DIR", tmp_path / "absent")
+    monkeypatch.setattr(colab, "COLAB_DIR", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="notebooks/ folder"):
-        notebook_setup.kit_root(tmp_path)
+        colab.kit_root(tmp_path)
 
 
 def test_on_colab_needs_a_colab_variable():
@@ -34,10 +35,44 @@ def test_on_colab_needs_a_colab_variable():
 
 
 def test_install_if_colab_does_nothing_off_colab(monkeypatch, tmp_path):
-    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
-    monkeypatch.setattr(notebook_setup, "_pip", lambda *a: pytest.fail("pip must not run off Colab"))
-    assert notebook_setup.install_if_colab(tmp_path) is False
+    monkeypatch.setattr(colab, "on_colab", lambda environ=None: False)
+    monkeypatch.setattr(colab, "_pip", lambda *a: pytest.fail("pip must not run off Colab"))
+    assert notebook_setup.install_if_colab(tmp_path) is False  # the name the setup cell calls
     assert not list(tmp_path.iterdir()), "nothing written off Colab"
+
+
+IMPORT_CHECK = """
+import sys
+before = set(sys.modules)
+from helpers import notebook_setup as setup
+new = set(sys.modules) - before
+print(sorted({m.split(".")[0] for m in new} - set(sys.stdlib_module_names) - {"helpers"}))
+print(sorted(m for m in new if m.startswith("helpers")))
+"""
+
+
+def test_the_setup_cells_modules_import_only_the_standard_library():
+    """The setup cell imports notebook_setup (and with it helpers.colab) before the Colab install replaces torch:
+    nothing else may load then, or the install would need a restart it cannot see coming."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=ROOT, capture_output=True, text=True, check=True)
+    third_party, kit_modules = out.stdout.splitlines()
+    assert third_party == "[]", f"imported at import time: {third_party}"
+    assert kit_modules == "['helpers', 'helpers.colab', 'helpers.notebook_setup', 'helpers.runtime']"
+
+
+def test_older_notebook_copies_still_find_every_name_they_call():
+    """Students' copies of earlier versions call these on `setup`; the adapter finder now lives in helpers.sharing
+    and loads only when asked (a name that never existed still raises AttributeError)."""
+    assert notebook_setup.install_if_colab is colab.install_if_colab
+    assert notebook_setup.LESSONS is colab.LESSONS and notebook_setup.lesson_needs_gpu("05_train")
+    for name in ("locate_adapter", "is_adapter", "AdapterMissing", "ADAPTER_FILES", "base_model_key"):
+        assert getattr(notebook_setup, name) is getattr(sharing, name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        notebook_setup.no_such_name
+    assert len((ROOT / "helpers" / "notebook_setup.py").read_text().splitlines()) <= 250, "the front door only"
 
 
 def test_preset_is_chosen_from_the_runtime():
@@ -64,8 +99,11 @@ def test_prepare_with_the_gpu_preset_on_cpu_says_the_fix(monkeypatch):
     from helpers import runtime
 
     monkeypatch.setattr(runtime, "detect", lambda: fake_runtime("cpu", on_colab=True))
-    with pytest.raises((RuntimeProblem, PresetError), match="Runtime > Change runtime type > T4 GPU"):
+    with pytest.raises(RuntimeProblem, match=r"^No GPU is attached to this Colab session, and this lesson .*"
+                                             r"Runtime > Change runtime type > T4 GPU"):
         notebook_setup.prepare(None, root=ROOT, quiet=True)
+    with pytest.raises(RuntimeProblem, match=r"^No GPU is attached to this Colab session, and preset 't4' "):
+        notebook_setup.prepare("t4", root=ROOT, quiet=True)  # the same text from the preset's validation
 
 
 def test_prepare_stops_a_t4_with_too_little_free_memory(monkeypatch):
@@ -165,7 +203,7 @@ def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     def fake_run(preset, options, reward_funcs=None):
         seen.append(preset)
         (options.run_dir / "adapter").mkdir(parents=True)
-        for name in notebook_setup.ADAPTER_FILES:
+        for name in sharing.ADAPTER_FILES:
             (options.run_dir / "adapter" / name).write_text("{}")
         return SimpleNamespace(model="the trained model", tokenizer="its tokenizer", summary={"steps": 2})
 
@@ -184,7 +222,7 @@ def test_tiny_run_without_an_adapter_says_so(tmp_path, monkeypatch):
 
 
 def test_prepare_with_drive_off_colab_says_it_needs_colab(monkeypatch):
-    monkeypatch.setattr(notebook_setup, "on_colab", lambda environ=None: False)
+    monkeypatch.setattr(colab, "on_colab", lambda environ=None: False)
     with pytest.raises(ValueError, match="USE_DRIVE = True needs Google Colab"):
         notebook_setup.prepare("cpu", root=ROOT, quiet=True, drive=True)
 
@@ -246,7 +284,7 @@ def test_06_with_the_t4_run_trains_a_cpu_run_of_its_own_and_never_writes_run_dir
 def test_06_without_train_if_missing_names_the_t4_run_and_the_fixes(tmp_path, tiny_runs):
     run_dir = tmp_path / "course"
     _adapter(run_dir / "adapter", T4_BASE)
-    with pytest.raises(notebook_setup.AdapterMissing) as err:
+    with pytest.raises(sharing.AdapterMissing) as err:
         course.adapter_for_this_runtime(_tiny_kit(run_dir), train_if_missing=False)
     message = str(err.value)
     assert T4_BASE in message and str(tmp_path / "course-cpu" / "adapter") in message  # what is there, where it looked

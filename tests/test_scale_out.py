@@ -22,7 +22,7 @@ import pytest
 from helpers.run import distributed
 from helpers.memory import estimate
 from helpers.memory.zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
-from helpers.runtime import fake_runtime
+from helpers.runtime import RuntimeProblem, fake_runtime
 from helpers.config import PRESETS, PresetError, get_preset, grpo_config_kwargs, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_scale_out_presets_are_valid_for_their_process_count(name):
     assert not p.load_in_4bit and not p.fast_inference  # no Unsloth: its vLLM path is single-GPU
     validate(p, fake_runtime("h100"), num_processes=p.num_processes)
     assert (ROOT / p.accelerate_config).is_file()
-    with pytest.raises(PresetError, match="needs NVIDIA GPUs"):
+    with pytest.raises(RuntimeProblem, match="needs NVIDIA GPUs"):
         validate(p, fake_runtime("cpu"), num_processes=p.num_processes)
 
 
@@ -314,11 +314,11 @@ def test_rank_marker_is_off_without_the_env_flag(monkeypatch):
 def test_trl_vllm_model_loader_kwargs():
     import torch
 
-    from helpers.model import ModelSetupError, load, trl_vllm_load_kwargs
+    from helpers.model import load, trl_vllm_load_kwargs
 
     kw = trl_vllm_load_kwargs(get_preset("a100x2-qwen7b-lora"), "cuda:1")
     assert kw["dtype"] == torch.bfloat16 and kw["device_map"] == {"": "cuda:1"}  # one whole copy per process
-    with pytest.raises(ModelSetupError, match="needs NVIDIA GPUs"):
+    with pytest.raises(RuntimeProblem, match="needs NVIDIA GPUs"):
         load(get_preset("a100x2-qwen7b-lora"), fake_runtime("cpu"))
 
 

@@ -263,3 +263,34 @@ def test_token_saved_by_hf_auth_login_is_found_and_never_printed(tmp_path):
     empty.mkdir()
     r = _token_in_fresh_process(empty)
     assert r.returncode == 3 and "hf auth login" in r.stdout and FAKE_TOKEN not in r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ finding a trained adapter (06 and later)
+
+
+def _adapter_folder(folder: Path, base: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(f'{{"base_model_name_or_path": "{base}"}}')
+    (folder / "adapter_model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+def test_locate_adapter_takes_the_run_folder_first_then_a_hub_repo(tmp_path, monkeypatch):
+    """STAGED_ADAPTER = "owner/name" downloads that Hub repo's adapter files once, with the token when there is one
+    (a private repo) and without when there is none (a public one); 05's own run folder comes first."""
+    import huggingface_hub
+
+    kit = type("Kit", (), {"run_dir": tmp_path / "run", "preset": PRESET})()
+    hub = _adapter_folder(tmp_path / "hub-cache", "/cache/SmolLM2-135M-Instruct")
+    calls = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo_id, token=None, allow_patterns=None: calls.append((repo_id, token)) or str(hub))
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    assert sharing.locate_adapter(kit, staged="teacher/grpo-adapter") == hub
+    monkeypatch.setattr(sharing, "hf_token", lambda: (_ for _ in ()).throw(sharing.MissingTokenError("none")))
+    assert sharing.locate_adapter(kit, staged="teacher/grpo-adapter") == hub
+    assert calls == [("teacher/grpo-adapter", FAKE_TOKEN), ("teacher/grpo-adapter", None)]
+    own = _adapter_folder(kit.run_dir / "adapter", "/root/.cache/grpo-kit/SmolLM2-135M-Instruct")
+    assert sharing.locate_adapter(kit, staged="teacher/grpo-adapter") == own
+    with pytest.raises(sharing.AdapterMissing, match=r"No trained adapter found; looked in: .*Fix, one of"):
+        sharing.locate_adapter(type("Kit", (), {"run_dir": tmp_path / "empty", "preset": PRESET})())
