@@ -336,7 +336,7 @@ print(grpo_math.format_table(widget.set_rewards([2.0, 2.0, 2.0, 2.0])))
 print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
 
 # %% [markdown]
-# **Predict, then run (exercise 4.5).** Take the group above, rewards `[4.0, 0.0, 2.0, 0.0]`, and add 1 to every
+# **Exercise 4.3 (predict, then run).** Take the group above, rewards `[4.0, 0.0, 2.0, 0.0]`, and add 1 to every
 # reward. What happens to the advantages, and so to the update? Answer with one letter, then run the cell after it:
 #
 # - **a**: every advantage rises by 1: every completion is pushed up a little more
@@ -345,12 +345,12 @@ print(grpo_math.format_table(widget.set_rewards([4.0, 0.0, 2.0, 0.0])))
 # - **d**: the advantages shrink, because the mean grew
 
 # %% tags=["solution"]
-# Exercise 4.5: predict what adding 1 to every reward of a group does to its advantages: "a", "b", "c" or "d"
+# Exercise 4.3: predict what adding 1 to every reward of a group does to its advantages: "a", "b", "c" or "d"
 # SOLUTION
 prediction = "c"
 
 # %%
-result = ex.q5.check(prediction)
+result = ex.q3.check(prediction)
 before, after = grpo_math.group_advantages([4.0, 0.0, 2.0, 0.0]), grpo_math.group_advantages([5.0, 1.0, 3.0, 1.0])
 print("advantages of [4, 0, 2, 0]:", [round(a, 3) for a in before])
 print("advantages of [5, 1, 3, 1]:", [round(a, 3) for a in after])
@@ -359,7 +359,7 @@ result
 # %% [markdown]
 # ## More exercises with self-checks
 #
-# **Exercise 4.3.** Long rambling answers cost generation time and memory. Write a reward
+# **Exercise 4.4.** Long rambling answers cost generation time and memory. Write a reward
 # `brevity_reward(prompts, completions, **kwargs)` with TRL's contract that gives **0.5** to a completion of at most
 # **100 words** (split on whitespace) and **0.0** to a longer one. Completions may be plain strings or chat
 # messages (`helpers.rewards.completion_text` handles both). Once it passes its check, the check cell saves it
@@ -369,7 +369,7 @@ result
 # finds it there.
 
 # %% tags=["solution"]
-# Exercise 4.3: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above
+# Exercise 4.4: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above
 # SOLUTION
 from helpers.rewards import completion_text
 
@@ -378,17 +378,17 @@ def brevity_reward(prompts=None, completions=None, **kwargs):
 
 
 # %%
-result = ex.q3.check(brevity_reward)
+result = ex.q4.check(brevity_reward)
 print(result)
 if result.passed:  # train with it: 05 adds the rewards saved in RUN_DIR/my_rewards.py to the kit's five
     reward_lab.print_table(reward_lab.score_table(reward_lab.HAND_WRITTEN, rewards=[brevity_reward]))
     course.save_rewards([brevity_reward], kit.run_dir)
 
 # %% [markdown]
-# **Exercise 4.4.** Without `helpers.teaching.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
+# **Exercise 4.5.** Without `helpers.teaching.grpo_math`: write `my_advantages(rewards)` for one group, as TRL computes it.
 
 # %% tags=["solution"]
-# Exercise 4.4: write my_advantages(rewards) returning GRPO's advantage for each completion of one group
+# Exercise 4.5: write my_advantages(rewards) returning GRPO's advantage for each completion of one group
 # SOLUTION
 import math
 
@@ -400,7 +400,7 @@ def my_advantages(rewards):
 
 
 # %%
-result = ex.q4.check(my_advantages)
+result = ex.q5.check(my_advantages)
 if result.passed:
     print([round(a, 3) for a in my_advantages([4.0, 0.0, 2.0, 0.0])])
 result

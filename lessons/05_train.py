@@ -84,9 +84,9 @@ course.print_preset(kit.preset)
 # there, `vllm_enforce_eager=True` in `setup.prepare(...)`: docs/troubleshooting.md); `load_data` drops prompts longer
 # than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
 #
-# The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's exercise 4.1 (on Colab
-# they come from Drive when both notebooks keep `USE_DRIVE = None` and the same `RUN_DIR`; if not, the cell says how
-# to bring them). The memory figures of 02 are printed around the load.
+# The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's exercise
+# {{exercise.brevity_reward}} (on Colab they come from Drive when both notebooks keep `USE_DRIVE = None` and the same
+# `RUN_DIR`; if not, the cell says how to bring them). The memory figures of 02 are printed around the load.
 
 # %%
 from helpers.rewards import DEFAULT_REWARDS
@@ -239,7 +239,7 @@ def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callback
         model=model,  # blank: the LoRA model: only the adapter trains
         processing_class=tokenizer,  # blank: tokenizes prompts, decodes completions
         reward_funcs=reward_funcs,  # blank: f(prompts, completions, answer=..., **kw) -> list[float], summed
-        args=config,  # blank: the GRPOConfig of exercise 5.1
+        args=config,  # blank: the GRPOConfig of exercise {{exercise.make_config}}
         train_dataset=train_dataset,  # blank: rows with "prompt" (chat messages) and "answer" (for the rewards)
         callbacks=callbacks,  # blank: the kit's extras, as TRL callbacks
     )
@@ -467,7 +467,7 @@ result
 # ## Experiment: beta 0 against 0.04, measured over 40 steps
 #
 # Two of the kit's measured runs differ only in beta: the cpu preset at seed 0 (`beta = 0`, TRL's default: no
-# reference model) and the same with `beta = 0.04`, which adds `0.04 x KL` to every token's loss (exercise 5.6) and
+# reference model) and the same with `beta = 0.04`, which adds `0.04 x KL` to every token's loss (exercise {{exercise.kl_penalty}}) and
 # a forward pass of the reference model (the adapter switched off) to every step. Both start from the same weights
 # and draw the same first batch. A few live steps of each would show only noise, so this reads the 40-step logs.
 #

@@ -121,6 +121,19 @@ def capstone_skeleton(script: str, where: str = "a script") -> str:
                       "the file), then the check cell.", *[line for todo in todos for line in (todo, "")]]).rstrip()
 
 
+def solution_text(source: str, where: str = "a cell") -> str:
+    """What `ex.qN.solution()` prints and the instructor guide shows: the cell below its "# SOLUTION" line, each
+    `# blank: <why>` marker left as the comment `# <why>` (the student copy blanks those lines; a reader needs
+    only the why)."""
+    lines = source.splitlines()
+    if MARKER not in [line.strip() for line in lines]:
+        raise StudentNotebookError(f"{where}: a cell tagged 'solution' needs a '{MARKER}' line")
+    body = lines[[line.strip() for line in lines].index(MARKER) + 1:]
+    return "\n".join(BLANK_RE.sub(lambda m: m.group("code") + (f"  # {m.group('why').strip()}"
+                                                            if m.group("why").strip() else ""), line)
+                     for line in body).strip("\n")
+
+
 def strip_solution(source: str, where: str = "a cell") -> str:
     lines = source.splitlines()
     if MARKER not in [line.strip() for line in lines]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import textwrap
 
 import pytest
 
@@ -16,6 +15,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from helpers import prompts
 from helpers.teaching import exercises as E
+from helpers.teaching.exercises import registry
+from helpers.teaching.exercises.core import exercises_of
 from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import answer_of, answers_match, completion_text
 
@@ -88,12 +89,13 @@ def correctness_right(prompts=None, completions=None, answer=None, **kwargs):
 STRICT_TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 
 
-def strict_right(prompts=None, completions=None, **kwargs):
-    import re
+STRICT_LAYOUT = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)  # as lesson 04's
 
-    layout = re.compile(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", re.DOTALL)
+
+def strict_right(prompts=None, completions=None, **kwargs):
     texts = [completion_text(c).strip() for c in completions]
-    return [0.5 if all(t.count(tag) == 1 for tag in STRICT_TAGS) and layout.fullmatch(t) else 0.0 for t in texts]
+    return [0.5 if all(t.count(tag) == 1 for tag in STRICT_TAGS) and STRICT_LAYOUT.fullmatch(t) else 0.0
+            for t in texts]
 
 
 def config_right(p, runtime, output_dir, save_steps, precision=None, **change):
@@ -149,25 +151,25 @@ def policy_loss_right(logps, old_logps, advantages, mask, epsilon=0.2):
 
 
 RIGHT = {
-    ("nb01", "q1"): right_wrong_right,
-    ("nb02", "q1"): trainable_right,
-    ("nb03", "q1"): gsm8k_right,
-    ("nb03", "q2"): lambda steps, completions, g: steps * completions // g,
-    ("nb04", "q1"): correctness_right,
-    ("nb04", "q2"): strict_right,
-    ("nb04", "q3"): brevity_right,
-    ("nb04", "q4"): advantages_right,
-    ("nb04", "q5"): "c",
-    ("nb05", "q1"): config_right,
-    ("nb05", "q2"): lambda p, g: p ** g + (1 - p) ** g,
-    ("nb05", "q3"): trainer_right,
-    ("nb05", "q4"): {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"},
-    ("nb05", "q5"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
-    ("nb05", "q6"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
-    ("nb05", "q7"): "b",
-    ("nb06", "q1"): pass_at_k_right,
-    ("nb07", "q1"): max(L for L in range(64, 4097, 64) if E.lab_fits(L).fits),
-    ("nb08", "q1"): policy_loss_right,
+    ("nb01", "right_wrong_advantages"): right_wrong_right,
+    ("nb02", "trainable_fraction"): trainable_right,
+    ("nb03", "gsm8k_to_row"): gsm8k_right,
+    ("nb03", "questions_per_run"): lambda steps, completions, g: steps * completions // g,
+    ("nb04", "my_correctness_reward"): correctness_right,
+    ("nb04", "my_strict_format_reward"): strict_right,
+    ("nb04", "brevity_reward"): brevity_right,
+    ("nb04", "my_advantages"): advantages_right,
+    ("nb04", "prediction"): "c",
+    ("nb05", "make_config"): config_right,
+    ("nb05", "zero_spread_chance"): lambda p, g: p ** g + (1 - p) ** g,
+    ("nb05", "make_trainer"): trainer_right,
+    ("nb05", "learned_or_not"): {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"},
+    ("nb05", "clipped_objective"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
+    ("nb05", "kl_penalty"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
+    ("nb05", "beta_prediction"): "b",
+    ("nb06", "my_pass_at_k"): pass_at_k_right,
+    ("nb07", "largest_completion_length"): max(L for L in range(64, 4097, 64) if E.nb07.lab_fits(L).fits),
+    ("nb08", "policy_loss"): policy_loss_right,
 }
 
 
@@ -179,142 +181,162 @@ def _pop_std_advantages(rewards):
 
 # (notebook, question, wrong answer, words the feedback must contain: the failing case and why)
 WRONG = [
-    ("nb01", "q1", lambda k, g: (1 - k / g, -k / g), ["1 right of 4", "(1.4997, -0.4999)", "did not divide"]),
-    ("nb01", "q1", _pop_std_right_wrong, ["1 right of 4", "(1.7321, -0.5774)", "population std"]),
-    ("nb01", "q1", lambda k, g: (1.0, 0.0), ["1 right of 4", "raw reward", "baseline"]),
-    ("nb01", "q1", lambda k, g: right_wrong_right(k, g)[::-1], ["1 right of 4", "swapped"]),
-    ("nb01", "q1", lambda k, g: (1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
+    ("nb01", "right_wrong_advantages", lambda k, g: (1 - k / g, -k / g), ["1 right of 4", "(1.4997, -0.4999)", "did not divide"]),
+    ("nb01", "right_wrong_advantages", _pop_std_right_wrong, ["1 right of 4", "(1.7321, -0.5774)", "population std"]),
+    ("nb01", "right_wrong_advantages", lambda k, g: (1.0, 0.0), ["1 right of 4", "raw reward", "baseline"]),
+    ("nb01", "right_wrong_advantages", lambda k, g: right_wrong_right(k, g)[::-1], ["1 right of 4", "swapped"]),
+    ("nb01", "right_wrong_advantages", lambda k, g: (1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
      ["1 right of 4", "return a pair"]),
-    ("nb01", "q1", lambda k, g: ((1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
+    ("nb01", "right_wrong_advantages", lambda k, g: ((1 - k / g) / math.sqrt(k * (g - k) / (g * (g - 1))),
                                  -k / g / math.sqrt(k * (g - k) / (g * (g - 1)))),
      ["0 right of 4 (every completion wrong)", "ZeroDivisionError", "return (0.0, 0.0)"]),
-    ("nb01", "q1", lambda k, g: ((1 - k / g) / (math.sqrt(k * (g - k) / (g * (g - 1))) + 1e-4),
+    ("nb01", "right_wrong_advantages", lambda k, g: ((1 - k / g) / (math.sqrt(k * (g - k) / (g * (g - 1))) + 1e-4),
                                  -k / g / (math.sqrt(k * (g - k) / (g * (g - 1))) + 1e-4)),
      ["0 right of 4 (every completion wrong)", "(10000.0000, 0.0000)", "every advantage is 0"]),
-    ("nb01", "q1", lambda k, g: (0.5, -0.5) if k not in (0, g) else (1.0, 0.0),
+    ("nb01", "right_wrong_advantages", lambda k, g: (0.5, -0.5) if k not in (0, g) else (1.0, 0.0),
      ["1 right of 4", "(1.4997, -0.4999)"]),
-    ("nb01", "q1", lambda k, g: right_wrong_right(k, g) if k not in (0, g) else (1.0, -1.0),
+    ("nb01", "right_wrong_advantages", lambda k, g: right_wrong_right(k, g) if k not in (0, g) else (1.0, -1.0),
      ["0 right of 4", "every completion scored the same"]),
-    ("nb01", "q1", (1.5, -0.5), ["pass the function itself"]),
-    ("nb02", "q1", lambda m: 1.0, ["10 trainable of 120", "0.0833"]),
-    ("nb02", "q1", trainable_packed, ["4-bit model", "0.0909", "packs two 4-bit weights", "element_size"]),
-    ("nb02", "q1", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
+    ("nb01", "right_wrong_advantages", (1.5, -0.5), ["pass the function itself"]),
+    ("nb02", "trainable_fraction", lambda m: 1.0, ["10 trainable of 120", "0.0833"]),
+    ("nb02", "trainable_fraction", trainable_packed, ["4-bit model", "0.0909", "packs two 4-bit weights", "element_size"]),
+    ("nb02", "trainable_fraction", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
      / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
-    ("nb02", "q1", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
-    ("nb03", "q2", lambda steps, completions, g: steps * completions,
+    ("nb02", "trainable_fraction", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
+    ("nb03", "questions_per_run", lambda steps, completions, g: steps * completions,
      ["max_steps=40, 8 completions per step, num_generations=4", "returned 320", "should be 80", "divide by"]),
-    ("nb03", "q2", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
-    ("nb03", "q2", lambda steps, completions, g: completions / g, ["returned 2.0", "max_steps steps"]),
-    ("nb03", "q2", lambda steps, completions, g: steps, ["num_generations=4", "returned 40", "should be 80"]),
-    ("nb03", "q2", lambda steps, completions, g: steps * completions // 8,
+    ("nb03", "questions_per_run", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
+    ("nb03", "questions_per_run", lambda steps, completions, g: completions / g, ["returned 2.0", "max_steps steps"]),
+    ("nb03", "questions_per_run", lambda steps, completions, g: steps, ["num_generations=4", "returned 40", "should be 80"]),
+    ("nb03", "questions_per_run", lambda steps, completions, g: steps * completions // 8,
      ["max_steps=40, 8 completions per step, num_generations=4", "should be 80"]),
-    ("nb03", "q2", 40, ["pass the function itself"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
+    ("nb03", "questions_per_run", 40, ["pass the function itself"]),
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
      ["gave 0.5", "101-word answer", "should be 0.0"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
      ["exactly 100 words", "gave 0.0", "should be 0.5"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if len(str(c).split()) < 100 else 0.0 for c in completions], ["exactly 100 words", "should be 0.5"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if len(c.split()) <= 100 else 0.0 for c in completions], ["conversational", "AttributeError"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
      0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0, ["10-word answer", "list"]),
-    ("nb04", "q3", lambda prompts=None, completions=None, **kw:
+    ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if len(completion_text(completions[0]).split()) <= 100 else 0.0] * len(completions),
      ["batch of three", "[0.5, 0.0, 0.5]"]),
-    ("nb04", "q4", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
-    ("nb04", "q4", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
-    ("nb04", "q4", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
-    ("nb05", "q2", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
-    ("nb05", "q2", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
-    ("nb05", "q2", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
-    ("nb05", "q2", 0.5, ["pass the function itself"]),
-    ("nb05", "q4", {"A": "learned", "B": "learned", "C": "did not learn", "D": "learned"},
+    ("nb04", "my_advantages", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
+    ("nb04", "my_advantages", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
+    ("nb04", "my_advantages", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
+    ("nb05", "zero_spread_chance", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
+    ("nb05", "zero_spread_chance", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
+    ("nb05", "zero_spread_chance", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
+    ("nb05", "zero_spread_chance", 0.5, ["pass the function itself"]),
+    ("nb05", "learned_or_not", {"A": "learned", "B": "learned", "C": "did not learn", "D": "learned"},
      ["run A", "0.22 -> 0.04", "correctness reward averaged"]),
-    ("nb05", "q4", {"A": "did not learn", "B": "learned", "C": "learned", "D": "learned"},
+    ("nb05", "learned_or_not", {"A": "did not learn", "B": "learned", "C": "learned", "D": "learned"},
      ["run C", "0.30 -> 0.12", "entropy went"]),
-    ("nb05", "q4", {"A": "did not learn", "B": "did not learn", "C": "did not learn", "D": "learned"},
+    ("nb05", "learned_or_not", {"A": "did not learn", "B": "did not learn", "C": "did not learn", "D": "learned"},
      ["run B", "0.14 -> 0.40"]),
-    ("nb05", "q4", {"A": "did not learn"}, ["run B", "has no answer"]),
-    ("nb05", "q4", {"A": "collapsed", "B": "learned", "C": "did not learn", "D": "learned"},
+    ("nb05", "learned_or_not", {"A": "did not learn"}, ["run B", "has no answer"]),
+    ("nb05", "learned_or_not", {"A": "collapsed", "B": "learned", "C": "did not learn", "D": "learned"},
      ["run A", "'learned' or 'did not learn'"]),
-    ("nb05", "q4", ["learned"] * 4, ["a dict"]),
-    ("nb05", "q5", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
-    ("nb05", "q5", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
-    ("nb05", "q5", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
-    ("nb05", "q6", lambda lp, ref: ref - lp, ["logp=-0.5, ref_logp=-1.0", "plain log-ratio"]),
-    ("nb05", "q6", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
-    ("nb05", "q6", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
-    ("nb05", "q6", 0.0, ["pass the function itself"]),
-    ("nb05", "q7", "a", ["not 'a'", "0.22 -> 0.48", "0.22 -> 0.18", "entropy stayed higher"]),
-    ("nb05", "q7", "c", ["not 'c'", "added at every token"]),
-    ("nb05", "q7", "z", ["one letter"]),
-    ("nb06", "q1", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
-    ("nb06", "q1", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
-    ("nb06", "q1", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
-    ("nb07", "q1", 256, ["max_completion_length=256", "fits too"]),
-    ("nb07", "q1", 4096, ["max_completion_length=4096", "does not fit"]),
-    ("nb07", "q1", 700, ["multiple of 64"]),
-    ("nb08", "q1", lambda lp, old, adv, mask, epsilon=0.2: -policy_loss_right(lp, old, adv, mask, epsilon),
+    ("nb05", "learned_or_not", ["learned"] * 4, ["a dict"]),
+    ("nb05", "clipped_objective", lambda r, a, e=0.2: r * a, ["ratio=1.5, advantage=1.0", "without clipping"]),
+    ("nb05", "clipped_objective", lambda r, a, e=0.2: max(1 - e, min(r, 1 + e)) * a, ["ratio=0.5, advantage=1.0", "min of the"]),
+    ("nb05", "clipped_objective", lambda r, a, e=0.2: min(r * a, max(1 - 0.2, min(r, 1 + 0.2)) * a), ["epsilon=0.1"]),
+    ("nb05", "kl_penalty", lambda lp, ref: ref - lp, ["logp=-0.5, ref_logp=-1.0", "plain log-ratio"]),
+    ("nb05", "kl_penalty", lambda lp, ref: math.exp(lp - ref) - (lp - ref) - 1, ["logp=-0.5, ref_logp=-1.0", "sign of d"]),
+    ("nb05", "kl_penalty", lambda lp, ref: (lp - ref) ** 2, ["logp=-0.5, ref_logp=-1.0", "exp(d) - d - 1"]),
+    ("nb05", "kl_penalty", 0.0, ["pass the function itself"]),
+    ("nb05", "beta_prediction", "a", ["not 'a'", "0.22 -> 0.48", "0.22 -> 0.18", "entropy stayed higher"]),
+    ("nb05", "beta_prediction", "c", ["not 'c'", "added at every token"]),
+    ("nb05", "beta_prediction", "z", ["one letter"]),
+    ("nb06", "my_pass_at_k", lambda n, c, k: c / n, ["n=4 samples, c=1 correct, k=2", "0.5000", "pass@1 only"]),
+    ("nb06", "my_pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
+    ("nb06", "my_pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
+    ("nb07", "largest_completion_length", 256, ["max_completion_length=256", "fits too"]),
+    ("nb07", "largest_completion_length", 4096, ["max_completion_length=4096", "does not fit"]),
+    ("nb07", "largest_completion_length", 700, ["multiple of 64"]),
+    ("nb08", "policy_loss", lambda lp, old, adv, mask, epsilon=0.2: -policy_loss_right(lp, old, adv, mask, epsilon),
      ["the sign is flipped"]),  # every other mistake: tests/test_grpo_step.py
-    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"].split("####")[-1].strip()),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(answer=lambda r, w, v: r["answer"].split("####")[-1].strip()),
      ["edge row 0", "'5,000'", "strip the commas"]),
-    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: r["answer"]), ["edge row 0", "worked solution"]),
-    ("nb03", "q1", gsm8k_wrong(answer=lambda r, w, v: int(v)), ["edge row 0", "keep it a string"]),
-    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: prompts.build_messages(r["question"])),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(answer=lambda r, w, v: r["answer"]), ["edge row 0", "worked solution"]),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(answer=lambda r, w, v: int(v)), ["edge row 0", "keep it a string"]),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(prompt=lambda r, w, v: prompts.build_messages(r["question"])),
      ["worked_example=False", "leave out", "4 messages"]),
-    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: r["question"]), ["one string", "build_messages"]),
-    ("nb03", "q1", gsm8k_wrong(prompt=lambda r, w, v: v[1:]), ["no system message"]),
-    ("nb03", "q1", gsm8k_wrong(question=None), ["missing: question"]),
-    ("nb03", "q1", gsm8k_right({"question": "q", "answer": "#### 1"}), ["pass the function itself"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(prompt=lambda r, w, v: r["question"]), ["one string", "build_messages"]),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(prompt=lambda r, w, v: v[1:]), ["no system message"]),
+    ("nb03", "gsm8k_to_row", gsm8k_wrong(question=None), ["missing: question"]),
+    ("nb03", "gsm8k_to_row", gsm8k_right({"question": "q", "answer": "#### 1"}), ["pass the function itself"]),
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw:
      [2.0 if answer_of(completion_text(c)) == g else 0.0 for c, g in zip(completions, answer)],
      ["differs from the kit's on", "a comma in the answer", "18.0 for 18", "answers_match"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw:
      [2.0 if (p := answer_of(c.strip())) is not None and answers_match(p, g) else 0.0
       for c, g in zip(completions, answer)], ["chat-format completion", "AttributeError", "completion_text"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw:
      [2.0 if "12" in completion_text(c) else 0.0 for c, g in zip(completions, answer)],
      ["differs from the kit's", "hedge", "two numbers"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw:
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw:
      [2.0 if (p := answer_of(completion_text(c))) is not None and answers_match(p, answer[0]) else 0.0
       for c in completions], ["batch of three", "its own gold answer"]),
-    ("nb04", "q1", lambda prompts=None, completions=None, answer=None, **kw: 2.0, ["returned 2.0", "list"]),
-    ("nb04", "q2", lambda prompts=None, completions=None, **kw:
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw: 2.0, ["returned 2.0", "list"]),
+    ("nb04", "my_strict_format_reward", lambda prompts=None, completions=None, **kw:
      [strict_right(completions=[completion_text(c)])[0] if completion_text(c) == completion_text(c).strip() else 0.0
       for c in completions], ["spaces around it", "strip the text"]),
-    ("nb04", "q2", lambda prompts=None, completions=None, **kw:
+    ("nb04", "my_strict_format_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if re.fullmatch(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", completion_text(c).strip(),
                           re.DOTALL) else 0.0 for c in completions], ["second reasoning block", "exactly once"]),
-    ("nb04", "q5", "a", ["not 'a'", "MINUS the group's mean"]),
-    ("nb04", "q5", "b", ["not 'b'", "std is unchanged"]),
-    ("nb04", "q5", "d", ["not 'd'", "reward - mean is unchanged"]),
-    ("nb04", "q5", "e", ["one letter"]),
-    ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=False, use_cpu=True)),
+    ("nb04", "prediction", "a", ["not 'a'", "MINUS the group's mean"]),
+    ("nb04", "prediction", "b", ["not 'b'", "std is unchanged"]),
+    ("nb04", "prediction", "d", ["not 'd'", "reward - mean is unchanged"]),
+    ("nb04", "prediction", "e", ["one letter"]),
+    ("nb05", "make_config", config_wrong(precision=dict(bf16=False, fp16=False, use_cpu=True)),
      ["the t4 preset on a T4", "fp16 is False", "should be True", "Precision follows the card"]),
-    ("nb05", "q1", config_wrong(precision=dict(bf16=False, fp16=True)),
+    ("nb05", "make_config", config_wrong(precision=dict(bf16=False, fp16=True)),
      ["the cpu preset", "use_cpu is False", "you left it out", "should be True"]),
-    ("nb05", "q1", config_wrong(per_device_train_batch_size=lambda p: p.per_device_train_batch_size // p.num_generations),
+    ("nb05", "make_config", config_wrong(per_device_train_batch_size=lambda p: p.per_device_train_batch_size // p.num_generations),
      ["per_device_train_batch_size", "counts completions, not prompts"]),
-    ("nb05", "q1", config_wrong(beta=None), ["beta=0.04", "beta is 0.0", "you left it out", "reference model"]),
-    ("nb05", "q1", config_wrong(max_completion_length=256), ["max_completion_length is 256", "logits"]),
-    ("nb05", "q1", config_wrong(learning_rate=1e-3), ["learning_rate is 0.001"]),
-    ("nb05", "q1", lambda p, runtime, output_dir, save_steps: None, ["called GRPOConfig 0 times"]),
-    ("nb05", "q3", trainer_swapped, ["model= should be the LoRA model", "got tokenizer"]),
-    ("nb05", "q3", trainer_positional, ["processing_class= should be the tokenizer", "got None"]),
-    ("nb05", "q3", lambda *args: None, ["called GRPOTrainer 0 times"]),
+    ("nb05", "make_config", config_wrong(beta=None), ["beta=0.04", "beta is 0.0", "you left it out", "reference model"]),
+    ("nb05", "make_config", config_wrong(max_completion_length=256), ["max_completion_length is 256", "logits"]),
+    ("nb05", "make_config", config_wrong(learning_rate=1e-3), ["learning_rate is 0.001"]),
+    ("nb05", "make_config", lambda p, runtime, output_dir, save_steps: None, ["called GRPOConfig 0 times"]),
+    ("nb05", "make_trainer", trainer_swapped, ["model= should be the LoRA model", "got tokenizer"]),
+    ("nb05", "make_trainer", trainer_positional, ["processing_class= should be the tokenizer", "got None"]),
+    ("nb05", "make_trainer", lambda *args: None, ["called GRPOTrainer 0 times"]),
 ]
 
 
-def _exercise(ns, q):
-    return getattr(E.ALL[ns], q)
+def _exercise(ns, name):
+    """The exercise answered by `name` (its stable name: the answer the lesson's solution cell defines)."""
+    return getattr(E.ALL[ns], name)
+
+
+def _declared() -> set[tuple[str, str]]:
+    return {(ns, ex.name) for ns, module in E.ALL.items() for ex in exercises_of(module).values()}
 
 
 def test_every_notebook_has_an_exercise_and_every_exercise_is_tested():
-    declared = {(ns, q) for ns, space in E.ALL.items() for q in vars(space) if q.startswith("q")}
+    declared = _declared()
     assert {ns for ns, _ in declared} == {f"nb0{i}" for i in range(1, 9)}  # 09 is checked by helpers.capstone
     assert declared == set(RIGHT), "every exercise needs a known-right answer here"
     assert declared == {(ns, q) for ns, q, _, _ in WRONG}, "every exercise needs known-wrong answers here"
+
+
+def test_every_solution_cell_has_a_judge_and_ex_qN_is_the_lessons_Nth():
+    """registry.json (the lessons' solution cells) and the judges name the same exercises; `ex.qN` of a lesson is
+    its N-th solution cell, numbered N.k in that order."""
+    for lesson, entries in registry.load().items():
+        if lesson == "09":
+            continue
+        module = E.ALL[f"nb{lesson}"]
+        for k, entry in enumerate(entries["exercises"], 1):
+            ex = getattr(module, f"q{k}")
+            assert (ex.name, ex.qid, ex.number) == (entry["name"], f"q{k}", f"{int(lesson)}.{k}")
+            assert ex is getattr(module, entry["name"])
+    with pytest.raises(AttributeError, match="has no attribute 'q9'"):
+        E.nb04.q9  # noqa: B018 - the lookup is the test
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
@@ -338,57 +360,59 @@ def test_wrong_answer_fails_and_names_the_case(ns, q, answer, words):
 def test_no_answer_says_what_to_do(key):
     result = _exercise(*key).check()
     assert not result.passed and "not answered yet" in result.message and result.case is None
+    assert result.message.endswith(f"The task: {registry.find(key[1])['task']}")  # the lesson's own task line
 
 
-VALUE_ANSWERS = ("learned_or_not", "largest_completion_length", "prediction", "beta_prediction")
+def _lesson_scope() -> dict:
+    """The names a lesson defines before its solution cells run (its imports and helpers), for exec'ing them."""
+    from helpers.config import get_preset
+    from helpers.memory import estimate
+    return {"answer_from": answer_of, "completion_text": completion_text, "answers_match": answers_match,
+            "TAGS": STRICT_TAGS, "STRICT": STRICT_LAYOUT, "prompts": prompts, "GRPOConfig": GRPOConfig,
+            "GRPOTrainer": GRPOTrainer, "estimate": estimate, "t4": get_preset("t4")}
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
-def test_printed_solution_passes_its_own_check(key, capsys):
+def test_printed_solution_is_the_lessons_and_passes_its_own_check(key, capsys):
     ex = _exercise(*key)
     ex.hint()
     ex.solution()
     out = capsys.readouterr().out
-    assert out.startswith(f"Hint ({key[1]}") and f"Solution ({key[1]}):" in out
-    source = textwrap.dedent(ex._solution)
-    scope: dict = {}
-    if key == ("nb07", "q1"):  # the lab notebook's own names
-        from helpers.memory import estimate
-        from helpers.config import get_preset
+    assert out.startswith(f"Hint ({ex.qid}") and f"Solution ({ex.qid}):\n{registry.find(key[1])['solution']}" in out
+    scope = _lesson_scope()
+    exec(compile(registry.find(key[1])["solution"], f"<solution {key}>", "exec"), scope)  # noqa: S102 - the lesson's
+    assert ex.check(scope[key[1]]).passed, "the lesson's solution passes its own check"
 
-        scope.update(estimate=estimate, t4=get_preset("t4"))
-    exec(compile(source, f"<solution {key}>", "exec"), scope)  # noqa: S102 - our own reference solution
-    answer = next((scope[k] for k in VALUE_ANSWERS if k in scope), None)  # one name per exercise, never reused
-    if answer is None:
-        answer = next(v for k, v in scope.items() if callable(v) and not k.startswith("_")
-                      and getattr(v, "__module__", None) is None and k not in ("completion_text", "estimate"))
-    assert ex.check(answer).passed
+
+def test_the_solution_text_is_the_lesson_cell_with_its_blank_markers_as_comments():
+    source = registry.find("make_trainer")["solution"]
+    assert "# blank:" not in source and "model=model,  # the LoRA model: only the adapter trains" in source
+    assert "exercise 5.1" in source  # {{exercise.make_config}} in the lesson, filled in
 
 
 def test_the_measured_runs_exercise_draws_four_panels_and_its_runs_are_unambiguous():
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = E.nb05.q4.plot()
+    fig = E.nb05.learned_or_not.plot()
     assert len([ax for ax in fig.axes if ax.get_title().startswith("run ")]) == 4
-    assert all(E.learned(run) is not None for run in E.measured().values()), "each run clearly learned or did not"
+    assert all(E.nb05.learned(run) is not None for run in E.nb05.measured().values()), "each run clearly learned or did not"
 
 
 def test_advantage_checker_uses_trl_formula():
-    assert E.nb04.q4.check(lambda r: group_advantages(r)).passed
+    assert E.nb04.my_advantages.check(lambda r: group_advantages(r)).passed
 
 
 def test_an_unanswered_exercise_says_not_answered_yet():
     def placeholder(*args, **kwargs):  # what a student copy's function body is until answered
         raise NotImplementedError("Student exercise: ...")
 
-    for ns, space in E.ALL.items():
-        for q in [q for q in vars(space) if q.startswith("q")]:
-            for answer in (Ellipsis, None, placeholder):
-                result = getattr(space, q).check(answer)
-                if answer is placeholder and not callable(RIGHT[(ns, q)]):
-                    continue  # a value answer: the placeholder is ... (Ellipsis), checked above
-                assert not result.passed and "not answered yet" in result.message, (ns, q, answer, result)
+    for ns, q in _declared():
+        for answer in (Ellipsis, None, placeholder):
+            result = _exercise(ns, q).check(answer)
+            if answer is placeholder and not callable(RIGHT[(ns, q)]):
+                continue  # a value answer: the placeholder is ... (Ellipsis), checked above
+            assert not result.passed and "not answered yet" in result.message, (ns, q, answer, result)
 
 
 def test_right_wrong_checker_agrees_with_group_advantages():
@@ -396,8 +420,8 @@ def test_right_wrong_checker_agrees_with_group_advantages():
         adv = group_advantages([1.0] * k + [0.0] * (g - k))
         return (adv[0] if k else 0.0), (adv[-1] if k < g else 0.0)
 
-    assert E.nb01.q1.check(via_kit).passed
-    assert E.right_wrong_truth(1, 4) == pytest.approx((1.5, -0.5), abs=1e-3)  # by hand: mean 0.25, sample std 0.5
+    assert E.nb01.right_wrong_advantages.check(via_kit).passed
+    assert E.nb01.right_wrong_truth(1, 4) == pytest.approx((1.5, -0.5), abs=1e-3)  # by hand: mean 0.25, sample std 0.5
 
 
 def test_questions_checker_matches_the_presets():
@@ -405,7 +429,7 @@ def test_questions_checker_matches_the_presets():
 
     for name, p in PRESETS.items():
         budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
-        assert E.questions_truth(p.max_steps, budget, p.num_generations) == p.prompts_per_step * p.max_steps, name
+        assert E.nb03.questions_truth(p.max_steps, budget, p.num_generations) == p.prompts_per_step * p.max_steps, name
 
 
 def test_hints_come_in_levels_where_an_exercise_has_several(capsys):
@@ -417,3 +441,18 @@ def test_hints_come_in_levels_where_an_exercise_has_several(capsys):
     assert first.startswith("Hint (q1, 1 of 3): ") and first.endswith("(more: ex.q1.hint(2))")
     assert third.startswith("Hint (q1, 3 of 3): ") and "use_cpu=not on_gpu" in third and "more" not in third
     assert past == third
+
+
+def test_an_older_copy_calling_a_check_by_its_old_number_is_checked_by_the_exercise_it_meant(capsys):
+    """04's copies saved before its exercises were numbered in the lesson's order call ex.q3.check(brevity_reward),
+    ex.q4.check(my_advantages) and ex.q5.check(prediction): each is judged by the exercise it answers, and says so."""
+    scope = _lesson_scope()
+    for name in ("brevity_reward", "my_advantages", "prediction"):
+        exec(compile(registry.find(name)["solution"], f"<solution {name}>", "exec"), scope)  # noqa: S102
+    old_calls = {"q3": scope["brevity_reward"], "q4": scope["my_advantages"], "q5": scope["prediction"]}
+    for old_qid, answer in old_calls.items():
+        assert getattr(E.nb04, old_qid).check(answer).passed, old_qid
+        assert "Checked as exercise 4." in capsys.readouterr().out
+    wrong = "a" if scope["prediction"] != "a" else "b"
+    assert not E.nb04.q5.check(wrong).passed  # routed to the prediction's own judge, which still refuses
+    assert not E.nb04.q4.check(lambda completions, **kw: [0.0] * len(completions)).passed  # a nameless answer: no routing

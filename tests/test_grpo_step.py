@@ -1,10 +1,9 @@
-"""Lesson 08 (one GRPO step from scratch): its truth is TRL's own loss, and exercise 8.1's check passes a right
+"""Lesson 08 (one GRPO step from scratch): its truth is TRL's own loss, and the policy_loss exercise's check passes a right
 answer and names each known mistake; the slow test runs the notebook on CPU."""
 
 from __future__ import annotations
 
 import re
-import textwrap
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from helpers.teaching import exercises as E
 from helpers.teaching import grpo_math
 from helpers.teaching.grpo_math import trl_default, trl_loss
 
-EX = E.nb08.q1
+EX = E.nb08.policy_loss
 
 
 def right(logps, old_logps, advantages, mask, epsilon=0.2):
@@ -57,7 +56,7 @@ WRONG = {
 
 def test_trl_loss_is_trls_default_and_matches_grpo_math():
     assert trl_default("loss_type") == "dapo" and trl_default("epsilon") == 0.2  # the defaults the lesson teaches
-    for _, logps, old, adv, mask, eps in E.loss_cases():
+    for _, logps, old, adv, mask, eps in E.nb08.loss_cases():
         theirs = trl_loss(logps, old, adv, mask, epsilon=eps)
         ours = grpo_math.policy_loss(logps, old, adv, mask, loss_type="dapo", epsilon=eps)
         assert float(theirs) == pytest.approx(float(ours["loss"]), rel=1e-6)
@@ -67,9 +66,9 @@ def test_trl_loss_is_trls_default_and_matches_grpo_math():
 def test_every_known_mistake_gives_a_different_loss_on_some_hidden_batch():
     """Each diagnosis is reachable: on at least one hidden batch its wrong loss differs from the right one."""
     seen: dict[str, bool] = {}
-    for _, logps, old, adv, mask, eps in E.loss_cases():
+    for _, logps, old, adv, mask, eps in E.nb08.loss_cases():
         want = float(trl_loss(logps, old, adv, mask, epsilon=eps))
-        for why, value in E.loss_mistakes(logps, old, adv, mask, eps):
+        for why, value in E.nb08.loss_mistakes(logps, old, adv, mask, eps):
             seen[why] = seen.get(why, False) or abs(value - want) > 1e-3
     assert all(seen.values()), [w for w, ok in seen.items() if not ok]
 
@@ -78,7 +77,7 @@ def test_right_answer_passes_and_the_printed_solution_too(capsys):
     assert EX.check(right).passed
     EX.solution()
     scope: dict = {}
-    exec(compile(textwrap.dedent(EX._solution), "<solution 8.1>", "exec"), scope)  # noqa: S102 - our own solution
+    exec(compile(EX.entry["solution"], "<solution policy_loss>", "exec"), scope)  # noqa: S102 - the lesson's solution
     assert EX.check(scope["policy_loss"]).passed
     assert EX.check(lambda *a, **k: grpo_math.policy_loss(*a, **k)["loss"]).passed  # the lesson's fallback
 

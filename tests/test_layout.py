@@ -32,8 +32,8 @@ def test_package_docstring_names_every_helpers_file():
     folder = ""
     named = set()
     for line in doc.splitlines():
-        if m := re.match(r"^(\w+)/\s", line):
-            folder = m.group(1) + "/"
+        if m := re.match(r"^((?:\w+/)+)\s", line):  # run/, teaching/exercises/
+            folder = m.group(1)
         elif m := re.match(r"^    (\w+\.py)\s", line):
             named.add(folder + m.group(1) if folder else m.group(1))
     assert named == FILES, f"helpers/__init__.py docstring: missing {sorted(FILES - named)}, stale {sorted(named - FILES)}"

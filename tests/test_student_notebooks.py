@@ -78,11 +78,20 @@ def test_committed_notebooks_are_what_the_lessons_build():
     assert _builder().main(["--check"]) == 0, "run `.venv/bin/python scripts/make_notebooks.py` and commit"
 
 
-def test_check_mode_names_a_stale_notebook(tmp_path, capsys, monkeypatch):
+def _copy_built(tmp_path):
+    """A copy of everything make_notebooks.py writes: the notebooks, registry.json and the instructor guide."""
     import shutil
 
     builder = _builder()
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    for path in (builder.REGISTRY, builder.GUIDE):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, tmp_path / path)
+    return builder
+
+
+def test_check_mode_names_a_stale_notebook(tmp_path, capsys, monkeypatch):
+    builder = _copy_built(tmp_path)
     edited = tmp_path / "notebooks" / "student" / "05_train.ipynb"
     edited.write_text(edited.read_text().replace("GRPOTrainer(", "GRPOTrainer ("))
     monkeypatch.setattr(builder, "REPO", tmp_path)  # the lessons stay the kit's
@@ -94,12 +103,68 @@ def test_check_mode_names_a_stale_notebook(tmp_path, capsys, monkeypatch):
 def test_check_mode_names_a_notebook_without_a_lesson(tmp_path, capsys, monkeypatch):
     import shutil
 
-    builder = _builder()
-    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    builder = _copy_built(tmp_path)
     shutil.copy(tmp_path / "notebooks" / "03_data.ipynb", tmp_path / "notebooks" / "08_orphan.ipynb")
     monkeypatch.setattr(builder, "REPO", tmp_path)
     assert builder.main(["--check"]) == 1
     assert "notebooks/08_orphan.ipynb" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path,edit", [
+    ("helpers/teaching/exercises/registry.json", lambda t: t.replace('"number": "4.4"', '"number": "4.3"', 1)),
+    ("docs/instructor-guide.md", lambda t: t.replace("| 4.4 | [04_rewards]", "| 4.3 | [04_rewards]", 1)),
+])
+def test_check_mode_names_a_stale_registry_or_answer_key(tmp_path, capsys, monkeypatch, path, edit):
+    """registry.json and the guide's answer key are built from the lessons like the notebooks: a hand edit fails."""
+    builder = _copy_built(tmp_path)
+    text = (tmp_path / path).read_text()
+    assert edit(text) != text
+    (tmp_path / path).write_text(edit(text))
+    monkeypatch.setattr(builder, "REPO", tmp_path)
+    assert builder.main(["--check"]) == 1
+    assert f"stale notebooks (not what lessons/ builds): {path}\n" in capsys.readouterr().err
+
+
+def _lesson_nb(cells: list[tuple[str, str, list]]):
+    return nbformat.v4.new_notebook(cells=[
+        (nbformat.v4.new_markdown_cell(src) if kind == "md" else nbformat.v4.new_code_cell(src, metadata={"tags": tags}))
+        for kind, src, tags in cells])
+
+
+def test_exercises_are_numbered_in_the_order_of_their_solution_cells():
+    """The k-th solution cell of lesson 04 is exercise 4.k, checked by ex.qk; its answer is what the check passes."""
+    builder = _builder()
+    lesson = Path("04_x.py")
+    nb = _lesson_nb([("md", "**Exercise 4.1.** One.", []), ("code", "# Exercise 4.1: one\n# SOLUTION\nf = 1", ["solution"]),
+                     ("code", "r = ex.q1.check(f)", []),
+                     ("code", "# Exercise 4.2: two\n# SOLUTION\ndef g(x):  # blank:\n    return x", ["solution"]),
+                     ("code", "ex.q2.check(g)", [])])
+    entries = builder.exercise_entries(nb, lesson)
+    assert [(e["number"], e["qid"], e["name"], e["task"]) for e in entries] == [("4.1", "q1", "f", "one"),
+                                                                               ("4.2", "q2", "g", "two")]
+    assert entries[1]["solution"] == "def g(x):\n    return x"
+    swapped = _lesson_nb([("code", "# Exercise 4.2: two\n# SOLUTION\ng = 2", ["solution"]), ("code", "ex.q2.check(g)", [])])
+    with pytest.raises(SystemExit, match=r"says exercise 4.2, .* so exercise 4.1 .*Fix: renumber"):
+        builder.exercise_entries(swapped, lesson)
+    heading = _lesson_nb([("md", "**Exercise 4.5 (predict).**", []),
+                          ("code", "# Exercise 4.1: one\n# SOLUTION\nf = 1", ["solution"]), ("code", "ex.q1.check(f)", [])])
+    with pytest.raises(SystemExit, match="says exercise 4.5"):
+        builder.exercise_entries(heading, lesson)
+    wrong_check = _lesson_nb([("code", "# Exercise 4.1: one\n# SOLUTION\nf = 1", ["solution"]), ("code", "ex.q3.check(f)", [])])
+    with pytest.raises(SystemExit, match=r"calls ex.q3; .* so ex.q1"):
+        builder.exercise_entries(wrong_check, lesson)
+
+
+def test_a_lesson_cites_another_exercise_by_its_answer():
+    builder = _builder()
+    assert builder.fill_placeholders("04's exercise {{exercise.brevity_reward}}", "x", {"brevity_reward": "4.4"}) == \
+        "04's exercise 4.4"
+    with pytest.raises(SystemExit, match="names no exercise"):
+        builder.fill_placeholders("{{exercise.nothing}}", "x", {"brevity_reward": "4.4"})
+    from helpers.teaching.exercises import registry
+
+    text = " ".join(c.source for c in nbformat.read(ROOT / "notebooks" / "05_train.ipynb", as_version=4).cells)
+    assert f"04's exercise\n{registry.number('brevity_reward')} (on Colab" in text  # the reward 05 trains with
 
 
 def test_lessons_take_numbers_from_the_presets():

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from helpers.config import PRESETS, Preset
 from helpers.memory.architectures import MODELS, model_key
+from helpers.teaching.exercises.registry import number as ex  # ex("brevity_reward") -> its number in 04
 
 T4, CPU = "T4", "CPU"
 
@@ -179,14 +180,15 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
     Block(25, "04_rewards", CPU, RUN, does=(
         "Students open **04** in a second tab (a CPU runtime, its own short install) and run it top to bottom: the "
         "five rewards, the playground, the hacking table, GRPO's advantages with the sliders (discussion question 1). "
-        "Exercises 4.1 and 4.2: they write the correctness and strict-format rewards. Exercise 4.3 saves their "
-        "`brevity_reward` to `my_rewards.py` in the run folder on Drive: 05 trains with it. Exercise 4.4 if time "
+        f"Exercises {ex('my_correctness_reward')} and {ex('my_strict_format_reward')}: they write the correctness and strict-format "
+        f"rewards. Exercise {ex('brevity_reward')} saves their `brevity_reward` to `my_rewards.py` in the run folder on "
+        f"Drive: 05 trains with it. Exercise {ex('my_advantages')} if time "
         "allows.")),
     Block(5, "05_train", T4, RUN, parameters=_05_CLASS, cpu=_05_CPU, does=(
         "Back to the 05 tab: check that the parameters cell still says `MAX_STEPS = 60` and `EVAL_SIZE = 50`, then "
         "**Runtime > Run all**. The setup cell installs nothing now; step 1 prints `your rewards from "
         ".../my_rewards.py: brevity_reward`. Loading, the evaluation before, the steps and the evaluation after then "
-        "run on their own. Exercises 5.1 and 5.3 (the `GRPOConfig` fields and the `GRPOTrainer` call) come before "
+        f"run on their own. Exercises {ex('make_config')} and {ex('make_trainer')} (the `GRPOConfig` fields and the `GRPOTrainer` call) come before "
         "the training cell: left blank, 05 trains with the kit's config and trainer and says so; students fill them "
         "in at home and run the check cells.")),
     Block(15, "05_train", T4, CONTINUE, does=(
@@ -195,7 +197,7 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "averaged about 0 over its first 50 steps. 05's later cells, its exercises included, wait behind the "
         "training cell: they run when it ends.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        "A third tab, a CPU runtime: students type the two values, answer exercise 6.1 (pass@k by hand) in its "
+        f"A third tab, a CPU runtime: students type the two values, answer exercise {ex('my_pass_at_k')} (pass@k by hand) in its "
         "cell, then Runtime > Run all. 06 first shows the class run from its files on Drive (the T4 lab's own "
         "numbers and answers, once 05 has finished), then works on the embedded model in a folder of its own: "
         "`TRAIN_IF_MISSING` (on by default) trains a 2-step run there (mechanics, not learning), then greedy accuracy "
@@ -205,7 +207,7 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
     Block(7, "05_train", T4, CONTINUE, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
         "whole run, and the exercises after the training cell have run (answer them now or at home, then re-run "
-        "their check cells). Exercise 5.4 diagnoses four of the kit's own measured CPU runs, not this run's "
+        f"their check cells). Exercise {ex('learned_or_not')} diagnoses four of the kit's own measured CPU runs, not this run's "
         "dashboard. If the run has not finished, nothing is lost: its checkpoints are on Drive and the homework "
         "continues it.")),
     Block(3, None, None, TALK, does=(
@@ -230,17 +232,18 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "install, the restart, the same two cells again, Drive access), while you introduce the day.")),
     Block(20, "01_setup", CPU, RUN, does=(
         "01 on a CPU runtime: RL with verifiable rewards, GRPO against PPO, the runtime report, the guards "
-        "(what does each message tell them to do?); exercise 1.1.")),
+        f"(what does each message tell them to do?); exercise {ex('right_wrong_advantages')}.")),
     Block(20, "02_load_model", CPU, RUN, does=(
         "02: the embedded model and its LoRA adapter, loaded with the calls 05 makes through Unsloth on the T4; "
-        "process memory; what the untrained model answers; exercise 2.1.")),
+        f"process memory; what the untrained model answers; exercise {ex('trainable_fraction')}.")),
     Block(20, "03_data", CPU, RUN, does=(
         "03: the columns, the answer format, why a worked example helps a small model, prompt lengths and "
-        "`filter_long_prompts`; exercise 3.1 (they write the GSM8K mapping) and 3.2.")),
+        f"`filter_long_prompts`; exercise {ex('gsm8k_to_row')} (they write the GSM8K mapping) and {ex('questions_per_run')}.")),
     Block(30, "04_rewards", CPU, RUN, does=(
         "04: the rewards, the playground, reward hacking, the advantage sliders (discussion questions 1 and 3); "
-        "exercises 4.1 and 4.2 (they write the correctness and strict-format rewards); exercise 4.3 saves "
-        "`brevity_reward` to the run folder on Drive for 05; exercise 4.4.")),
+        f"exercises {ex('my_correctness_reward')} and {ex('my_strict_format_reward')} (they write the correctness and strict-format "
+        f"rewards); exercise {ex('brevity_reward')} saves `brevity_reward` to the run folder on Drive for 05; exercise "
+        f"{ex('my_advantages')}.")),
     Block(5, "05_train", T4, RUN, parameters=_05_HALF_DAY, cpu=_05_CPU, does=(
         "Back to 05: check `MAX_STEPS = 150` and `EVAL_SIZE = 100`, then **Runtime > Run all** before the break. "
         "It trains with the students' own reward.")),
@@ -252,12 +255,13 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "behind the training cell.")),
     Block(20, "08_grpo_step", CPU, RUN, does=(
         "08 on a CPU runtime while 05 trains: one GRPO step from scratch on the embedded model (a group sampled with "
-        "`model.generate`, its rewards and advantages, one optimizer step); exercise 8.1: they write the loss, "
+        f"`model.generate`, its rewards and advantages, one optimizer step); exercise {ex('policy_loss')}: they write the loss, "
         "checked against TRL's own, and watch the rewarded completion become likelier.")),
     Block(15, "07_memory_lab", CPU, RUN, does=(
-        "07 on a CPU runtime: what the T4's memory holds, the sweep, the OOM doctor; exercise 7.1.")),
+        f"07 on a CPU runtime: what the T4's memory holds, the sweep, the OOM doctor; exercise "
+        f"{ex('largest_completion_length')}.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        "06 on a CPU runtime: exercise 6.1 answered first, then Run all: the class run's numbers from Drive if 05 "
+        f"06 on a CPU runtime: exercise {ex('my_pass_at_k')} answered first, then Run all: the class run's numbers from Drive if 05 "
         "has finished, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
         "reload (up to 10 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
         "to show one. Discussion questions 6 and 7.")),
