@@ -1,7 +1,8 @@
 """Named training recipes (presets), their validation, and the GRPOConfig each becomes on a given runtime.
 
 A preset holds every number a run depends on, so a notebook, the CLI and the tests all train the same recipe.
-`validate()` runs before any model loads and names the field and the fix.
+`validate()` runs before any model loads and names the field and the fix. A value's type (text parsed, a wrong type
+refused) is checked in helpers.config_types.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import functools
 import math
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
-from pathlib import Path
 
+from helpers.config_types import PresetError, check_types, typed_fields
+from helpers.config_types import typed_value as typed_value  # the value typing's home; kept importable from here
 from helpers.data import LEVELS
-from helpers.runtime import Runtime
+from helpers.runtime import Runtime, no_gpu
 
 # The linear layers of the architectures the presets train: SmolLM2 (cpu) is a Llama, Qwen2.5 (t4, multi-GPU) a
 # Qwen2, and both name them the same. peft's "all-linear" shorthand is not offered: it works only as a plain string,
@@ -139,70 +141,10 @@ class Preset:
     def to_dict(self) -> dict:
         return asdict(self)
 
-
-class PresetError(ValueError):
-    """A preset setting that cannot work; the message names the field and the fix."""
-
-
-_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-
-
-def _kind_of(value) -> str:
-    return f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
-
-
-def _parsed(kind, value):
-    """value as `kind` (bool, int, float, str, Path), text parsed; raise ValueError when it is not one."""
-    if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    if kind is Path and isinstance(value, (str, Path)):
-        return Path(value).expanduser()
-    if kind in (int, float) and isinstance(value, str):
-        return kind(value.strip())
-    ok = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[kind]
-    if not isinstance(value, ok) or (kind is not bool and isinstance(value, bool)):
-        raise ValueError(value)
-    return value
-
-
-def typed_value(name: str, value, hint):
-    """A field's value as its annotated type: text (a notebook parameter from papermill -p, a YAML string) parsed,
-    lists made tuples, paths expanded; anything else raises PresetError naming the field and the fix."""
-    args = typing.get_args(hint)
-    if value is None and (hint is type(None) or type(None) in args):
-        return None
-    if type(None) in args:
-        hint = next(a for a in args if a is not type(None))
-    try:
-        if typing.get_origin(hint) is tuple:
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, (list, tuple)):
-                raise ValueError(value)
-            kind = typing.get_args(hint)[0]
-            return tuple(_parsed(kind, x.strip() if isinstance(x, str) else x) for x in items
-                         if not (isinstance(x, str) and not x.strip()))
-        return _parsed(hint, value)
-    except ValueError:
-        raise _type_error(name, value, hint) from None
-
-
-def _type_error(name: str, value, hint) -> PresetError:
-    """The refusal of a value of the wrong type; `.field` and `.example` let the notebook's setup cell add the
-    parameter a student typed (helpers.notebook_setup.prepare)."""
-    kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
-        {bool: "True or False", int: "a whole number", float: "a number", str: "text",
-         Path: "a folder path"}.get(hint, str(hint))
-    example = _example(name)
-    fix = f"give {kind}" + (f", e.g. {name}={example!r}" if example is not None else "")
-    err = PresetError(f"{name}={value!r}: is {_kind_of(value)}, not {kind}. Fix: {fix}.")
-    err.field, err.example = name, example
-    return err
-
-
-def typed_fields(cls, values: dict) -> dict:
-    """typed_value for each of `values`, a dict of `cls`'s fields (Preset, RunOptions)."""
-    hints = typing.get_type_hints(cls)
-    return {name: typed_value(name, value, hints[name]) for name, value in values.items()}
+    @staticmethod
+    def field_example(name: str):
+        """The "e.g." of a refusal of this field's value (helpers.config_types): a preset's own value, or None."""
+        return _example(name)
 
 
 # Shared by the GSM8K recipes (t4 and the multi-GPU ones): the same data and the optimizer schedule of Unsloth's
@@ -396,16 +338,6 @@ def _refuse(p: Preset, field_name: str, problem: str, fix: str):
     raise PresetError(f"{field_name}={getattr(p, field_name)!r}: {problem}. Fix: {fix}.")
 
 
-def check_types(obj) -> None:
-    """Each field of a dataclass (Preset, RunOptions) holds its annotated type: one built by hand with text in it
-    (a notebook parameter from papermill -p) would otherwise fail deep inside TRL, after the model loaded."""
-    for name, hint in typing.get_type_hints(type(obj)).items():
-        value = getattr(obj, name)
-        typed = typed_value(name, value, hint)
-        if isinstance(value, str) and typed is not value and not isinstance(typed, Path):  # text that needs parsing
-            raise _type_error(name, value, hint)
-
-
 def _example(name: str):
     """A preset's own value of a field (the cpu preset's first) for a message's "e.g.", or None."""
     return next((v for v in (getattr(p, name, None) for p in globals().get("PRESETS", {}).values())
@@ -538,16 +470,8 @@ def _check_trl_vllm(p: Preset, num_processes: int) -> None:
 def _check_runtime(p: Preset, runtime: Runtime) -> None:
     """What this machine can run."""
     bad = functools.partial(_refuse, p)
-    if p.backend == "trl-vllm" and not runtime.has_gpu:
-        raise PresetError(
-            f"preset {p.name!r} needs NVIDIA GPUs (TRL + vLLM, bf16) and this machine has none. Fix: run it on "
-            "a multi-GPU machine with accelerate launch (docs/scale-out.md); on a CPU machine use --preset cpu."
-        )
-    if p.backend == "unsloth" and not runtime.has_gpu:
-        raise PresetError(
-            f"preset {p.name!r} needs an NVIDIA GPU (Unsloth + vLLM) and this machine has none. Fix: on Colab "
-            "choose Runtime > Change runtime type > T4 GPU; on a CPU machine use --preset cpu."
-        )
+    if p.backend in ("trl-vllm", "unsloth") and not runtime.has_gpu:
+        raise no_gpu(p, on_colab=runtime.on_colab)  # the runtime's one refusal: a RuntimeProblem, not a PresetError
     if p.optim in BNB_OPTIMIZERS and not runtime.has_gpu:
         bad("optim", "8-bit optimizers (and the other bitsandbytes ones: paged, lion, ...) need a GPU",
             "use adamw_torch on CPU")

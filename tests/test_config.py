@@ -55,7 +55,9 @@ def test_impossible_settings_name_the_field_and_the_fix(overrides, field, fix):
 
 
 def test_gpu_preset_on_cpu_is_refused_before_loading():
-    with pytest.raises(PresetError, match="Runtime > Change runtime type > T4 GPU"):
+    from helpers.runtime import RuntimeProblem  # the runtime's one no-GPU refusal (helpers.runtime.no_gpu)
+
+    with pytest.raises(RuntimeProblem, match="Runtime > Change runtime type > T4 GPU"):
         validate(get_preset("t4"), fake_runtime("cpu"))
 
 
@@ -203,3 +205,20 @@ def test_a_preset_built_by_hand_with_text_in_a_number_field_is_refused():
 
     with pytest.raises(PresetError, match=r"^max_steps='2': is the text '2', not a whole number"):
         validate(replace(get_preset("cpu"), max_steps="2"))
+    with pytest.raises(PresetError, match=r"^max_steps='2': .*Fix: give a whole number, e\.g\. max_steps=") as err:
+        config.check_types(replace(get_preset("cpu"), max_steps="2"))
+    assert err.value.field == "max_steps" and err.value.example == get_preset("cpu").max_steps
+
+
+def test_value_typing_lives_in_config_types_and_stays_importable_from_config():
+    """helpers.config_types is the one home of the typing; the CLI and the guard import it from helpers.config. A
+    RunOptions field has no preset to take an example from: the fix gives none."""
+    from helpers import config_types
+    from helpers.run.options import RunOptions
+
+    for name in ("PresetError", "typed_fields", "typed_value", "check_types"):
+        assert getattr(config, name) is getattr(config_types, name)
+    assert config_types.typed_fields(RunOptions, {"keep": "3", "resume": "no"}) == {"keep": 3, "resume": False}
+    with pytest.raises(PresetError, match=r"^keep='all': is the text 'all', not a whole number\. Fix: give a whole "
+                                          r"number\.$"):
+        config_types.typed_fields(RunOptions, {"keep": "all"})

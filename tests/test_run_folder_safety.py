@@ -155,6 +155,30 @@ def test_a_run_that_trained_keeps_refusing_other_settings(tmp_path):
     assert (run / "config.json").exists()
 
 
+@pytest.mark.parametrize("max_steps, shown", [(1, True), (2, True), (3, False)])
+def test_the_finished_run_rule_is_the_one_the_command_line_and_the_notebook_apply(tmp_path, max_steps, shown):
+    """folder.finished_summary (course.train_run shows what it returns) and plan_run_folder (the CLI) decide alike: a
+    finished run is shown, not retrained, unless max_steps is now larger; then it continues from its checkpoint."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dict(CONFIG, max_steps=2)))
+    (run / "summary.json").write_text(json.dumps({"steps": 2, "status": "finished"}))
+    make_checkpoint(run / "trainer", 2)
+    assert fo.finished_summary(run, max_steps) == ({"steps": 2, "status": "finished"} if shown else None)
+    if shown:
+        with pytest.raises(RunDirError, match="already holds a finished run of 2 steps"):
+            plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=max_steps))
+    else:
+        assert plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=max_steps)).continuing
+
+
+def test_finished_summary_names_a_cut_off_summary_and_is_none_without_one(tmp_path):
+    assert fo.finished_summary(tmp_path, 5) is None
+    (tmp_path / "summary.json").write_text('{"steps": 2')  # a kill while it was written
+    with pytest.raises(RunDirError, match=r"summary.json is unreadable .*Fix: pass --overwrite"):
+        fo.finished_summary(tmp_path, 5)
+
+
 # --------------------------------------------------------------------------------- resume never over-trains
 
 

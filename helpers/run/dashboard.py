@@ -12,7 +12,8 @@ steps (and at the end), with the latest completions in `dashboard_samples.json`.
 Where the completions come from: TRL 1.15's GRPOTrainer keeps the prompts, completions and per-function rewards
 of the latest generation batch in `trainer._logs` (filled in `_generate_and_score_completions` whether or not
 `log_completions` is on; `log_completions=True` additionally prints a rich table and writes parquet files).
-Callbacks are not handed the trainer, so `attach(trainer)` keeps a reference and reads that buffer on each log;
+Callbacks are not handed the trainer, so `attach(trainer)` keeps a reference and reads that buffer on each log
+(helpers.run.trl_patches.latest_batch_logs: every read of TRL's private state is there);
 tests/test_dashboard.py checks that the installed (= pinned) TRL still fills it. If a future TRL drops it, the
 dashboard says so and shows curves only. No extra reward function is added to the training.
 
@@ -34,6 +35,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from helpers.run.health import bad_values
+from helpers.run.trl_patches import latest_batch_logs, one_line_per_step
+from helpers.runtime import in_notebook
 
 # ------------------------------------------------------------------------------------------ warnings
 
@@ -306,13 +309,6 @@ def _png_bytes(rows, title) -> bytes:
     return buf.getvalue()
 
 
-def in_notebook() -> bool:
-    """True inside a Jupyter/Colab kernel (not in a terminal IPython or a plain python process)."""
-    ip = sys.modules.get("IPython")
-    shell = ip.get_ipython() if ip is not None and hasattr(ip, "get_ipython") else None
-    return shell is not None and (type(shell).__name__ == "ZMQInteractiveShell" or "google.colab" in sys.modules)
-
-
 # ------------------------------------------------------------------------------------------ callback
 
 
@@ -343,10 +339,16 @@ class TrainingDashboard(TrainerCallback):
         trainer.add_callback(self)
         return self
 
+    def install_patches(self, trainer) -> None:
+        """This callback's part of helpers.run.trl_patches.install_trainer_patches: unless verbose, its one line per
+        step replaces transformers' dict of every metric."""
+        if not self.verbose:
+            one_line_per_step(trainer)
+
     # -- data
     def latest_samples(self) -> list[dict]:
-        logs = getattr(self.trainer, "_logs", None) if self.trainer is not None else None
-        if not isinstance(logs, dict) or "completion" not in logs:
+        logs = latest_batch_logs(self.trainer)  # TRL's private store of the latest batch, read in the patch room
+        if logs is None or "completion" not in logs:
             if self.trainer is not None and not self._no_samples_said:
                 self._no_samples_said = True
                 self.say("this TRL version does not expose the sampled completions to callbacks; "

@@ -181,6 +181,22 @@ def read_json(path: Path) -> dict:
     return found
 
 
+def _done(summary: dict, max_steps) -> bool:
+    """The finished-run rule: a finished run is shown, not retrained, unless max_steps is now larger than the steps it
+    took (then it continues from its last checkpoint)."""
+    return (max_steps or 0) <= summary.get("steps", 0)
+
+
+def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
+    """The summary of the finished run in run_dir when max_steps asks for no more steps than it took (show it, do
+    not train again); None when run_dir holds no finished run or max_steps is now larger (it continues)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    summary = read_json(path)
+    return summary if _done(summary, max_steps) else None
+
+
 def config_differences(saved: dict, config: dict) -> list[str]:
     """The settings that differ from the first start's. A setting only one side has (the kit gained or dropped a
     preset field in between, e.g. Preset.extra became typed fields) is unchanged when it holds its default or is
@@ -309,9 +325,9 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
     """A finished run continues only when asked for more steps than it took (the same command with a larger
     --max-steps, or MAX_STEPS in the notebook), from the checkpoint its last step wrote; anything else is refused
     with the fix. Its summary.json and eval.json are kept beside the new ones as <name>-step-N.json."""
-    finished = read_json(run_dir / SUMMARY_FILE).get("steps", 0)
-    wanted = (config or {}).get("max_steps", 0)
-    if resume is False or wanted <= finished:
+    summary = read_json(run_dir / SUMMARY_FILE)
+    finished, wanted = summary.get("steps", 0), (config or {}).get("max_steps", 0)
+    if resume is False or _done(summary, wanted):
         more = f", or raise --max-steps above {finished} to continue it" if resume is not False else ""
         raise RunDirError(
             f"--run-dir {run_dir} already holds a finished run of {finished} steps ({', '.join(earlier)}). Fix: "

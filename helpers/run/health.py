@@ -105,6 +105,10 @@ class TrainingHealth(TrainerCallback):
         return FINISHED if self.problem is None else f"stopped: {self.problem}"
 
     # -- reward outputs, checked as TRL computes them
+    def install_patches(self, trainer) -> None:
+        """This callback's part of helpers.run.trl_patches.install_trainer_patches: check the reward outputs."""
+        self.watch_rewards(trainer)
+
     def watch_rewards(self, trainer) -> None:
         """Wrap each plain reward function on this trainer (not reward models, not async ones) once."""
         funcs = getattr(trainer, "reward_funcs", None)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from helpers.run.trl_patches import latest_batch_logs
+
 REWARD_PREFIX = "rewards/"
 
 
@@ -41,7 +43,8 @@ class AdvantageStats(TrainerCallback):
     """Add the spread of the latest sampled batch's advantages to the logs of a step that sampled, before
     MetricsRecorder writes them: `advantages/abs_mean` (how hard the step pushes) and `advantages/nonzero` (the share
     of completions that push at all). TRL keeps the advantages (trainer._logs["advantages"], for its completion
-    tables) but logs no statistic of them. `trainer` is attached by helpers.run.pipeline.prepare_trainer."""
+    tables; read through helpers.run.trl_patches.latest_batch_logs) but logs no statistic of them. `trainer` is
+    attached by helpers.run.pipeline.prepare_trainer."""
 
     def __init__(self):
         self.trainer = None
@@ -49,7 +52,8 @@ class AdvantageStats(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs or self.trainer is None:
             return  # only a step that sampled has fresh advantages
-        values = [float(a) for a in getattr(self.trainer, "_logs", {}).get("advantages", ()) if math.isfinite(a)]
+        batch = latest_batch_logs(self.trainer) or {}
+        values = [float(a) for a in batch.get("advantages", ()) if math.isfinite(a)]
         if values:
             logs["advantages/abs_mean"] = sum(abs(a) for a in values) / len(values)
             logs["advantages/nonzero"] = sum(abs(a) > 1e-6 for a in values) / len(values)

@@ -20,7 +20,14 @@ left, so the step timer (last, outermost) times the CPU versions:
 
 The last two change no method: the reward functions' outputs are checked (helpers.run.health), and each logged step
 prints the kit's one line (helpers.run.dashboard) instead of transformers' dict of ~40 metrics, which metrics.jsonl
-keeps in full (RunOptions.verbose, --verbose, prints it again).
+keeps in full (RunOptions.verbose, --verbose, prints it again). Those two callbacks install their part themselves
+(their `install_patches(trainer)`, which install_trainer_patches calls), so this module imports neither of them and
+both can read TRL's private state through it.
+
+Besides the patches, every read of TRL's private state is here too: `latest_batch_logs` (GRPOTrainer._logs, read by
+the dashboard's samples and AdvantageStats) and `trl_compute_loss` (GRPOTrainer._compute_loss run on a stand-in
+trainer: lesson 08's truth, helpers.teaching.grpo_math.trl_loss). tests/test_trl_patches.py checks each name they
+read against the pinned TRL's source.
 
 Outside a run, scripts/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
 (attach_phase_meter). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer and check that what
@@ -30,6 +37,7 @@ log-prob kernel, the shared-prompt loss, the bf16 sampler); the step timer in he
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import types
 
@@ -37,8 +45,6 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from helpers.cpu_compat import Bf16Sampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
 from helpers.model import generate_shared_prefix, merged_lora
-from helpers.run.dashboard import TrainingDashboard
-from helpers.run.health import find_health
 from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
 
 # (object on the trainer, "" for the trainer itself) -> the private methods replaced on that instance, by patch.
@@ -73,12 +79,10 @@ def install_trainer_patches(trainer, preset=None) -> None:
                   "slower than fp32; sampling in fp32 instead")
             bf16_sampling = False
         speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
-    health = find_health(trainer)
-    if health is not None:
-        health.watch_rewards(trainer)
-    dashboard = next((c for c in trainer.callback_handler.callbacks if isinstance(c, TrainingDashboard)), None)
-    if dashboard is not None and not dashboard.verbose:
-        one_line_per_step(trainer)
+    for callback in list(trainer.callback_handler.callbacks):  # TrainingHealth, TrainingDashboard: their own part
+        install = getattr(callback, "install_patches", None)
+        if callable(install):
+            install(trainer)
     if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
         try:
             StepTimer().attach(trainer)
@@ -210,3 +214,83 @@ def take_old_logps_from_the_first_pass(trainer):
     trainer._generate_and_score_completions = types.MethodType(_generate_and_score_completions, trainer)
     trainer._compute_loss = types.MethodType(_compute_loss, trainer)
     trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
+
+
+# ------------------------------------------------------------------------------------ reads of TRL's private state
+LOGS_ATTRIBUTE = "_logs"  # GRPOTrainer's store of the latest generation batch (built in __init__)
+LOG_KEYS = ("prompt", "completion", "rewards", "advantages")  # what the kit reads of it
+
+
+def latest_batch_logs(trainer) -> dict | None:
+    """GRPOTrainer._logs: the prompts, completions, per-function rewards ({name: values}) and advantages of the latest
+    generation batch (TRL fills it whether or not log_completions is on). None when there is no trainer or it keeps
+    no such dict (another TRL: the dashboard then shows curves only)."""
+    logs = getattr(trainer, LOGS_ATTRIBUTE, None) if trainer is not None else None
+    return logs if isinstance(logs, dict) else None
+
+
+# GRPOConfig fields whose values trl_compute_loss's stand-in trainer holds (the caller reads them: their defaults
+# are TRL's, so a TRL that changes a default changes the loss with it).
+LOSS_CONFIG_FIELDS = ("epsilon", "epsilon_high", "loss_type", "beta", "top_entropy_quantile",
+                      "off_policy_mask_threshold", "importance_sampling_level", "use_bias_correction_kl", "delta")
+
+
+class _OneProcess:
+    """What _compute_loss asks of accelerate, for one process: gather and reduce are the identity."""
+
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+
+def _loss_stand_in(logps, config: dict, max_completion_length: int):
+    """The trainer attributes GRPOTrainer._compute_loss reads, for one process, no vLLM, no accumulation; its forward
+    pass (_get_per_token_logps_and_entropies) returns `logps`."""
+    import torch
+
+    epsilon, high = config["epsilon"], config["epsilon_high"]
+    return types.SimpleNamespace(
+        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
+        top_entropy_quantile=config["top_entropy_quantile"],
+        off_policy_mask_threshold=config["off_policy_mask_threshold"],
+        importance_sampling_level=config["importance_sampling_level"], beta=config["beta"],
+        args=types.SimpleNamespace(use_bias_correction_kl=config["use_bias_correction_kl"], delta=config["delta"],
+                                   steps_per_generation=1),
+        loss_type=config["loss_type"], epsilon_low=epsilon, epsilon_high=epsilon if high is None else high,
+        use_vllm=False, vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
+        current_gradient_accumulation_steps=1, accelerator=_OneProcess(), max_completion_length=max_completion_length,
+        _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics={"train": collections.defaultdict(list)},
+    )
+
+
+def _loss_inputs(logps, old_logps, advantages, mask, ref_logps=None) -> dict:
+    """The batch _compute_loss reads: one generation batch, a one-token prompt (the forward pass is stubbed out)."""
+    import torch
+
+    b, t = logps.shape
+    return {"prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1, dtype=torch.long),
+            "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
+            "advantages": torch.as_tensor(advantages, dtype=torch.float32), "old_per_token_logps": old_logps,
+            "num_items_in_batch": mask.sum(), **({"ref_per_token_logps": ref_logps} if ref_logps is not None else {})}
+
+
+def trl_compute_loss(logps, old_logps, advantages, mask, config: dict, ref_logps=None,
+                     max_completion_length: int | None = None):
+    """GRPOTrainer._compute_loss itself on these per-token log-probabilities (completions x tokens): the forward pass
+    is replaced by `logps`, everything after it (the ratio, the clipping, the loss type's averaging) is TRL's code.
+    config: a value for each of LOSS_CONFIG_FIELDS; ref_logps: for beta > 0; max_completion_length defaults to the
+    tokens given. Returns TRL's loss tensor (with a gradient back to logps when logps has one)."""
+    import torch
+    from trl import GRPOTrainer
+
+    mask = torch.as_tensor(mask).float()
+    length = logps.size(1) if max_completion_length is None else max_completion_length
+    trainer = _loss_stand_in(logps, config, length)
+    return GRPOTrainer._compute_loss(trainer, None, _loss_inputs(logps, old_logps, advantages, mask, ref_logps))

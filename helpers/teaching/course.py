@@ -11,7 +11,6 @@ The rewards playground is in helpers.teaching.reward_lab.
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import inspect
 import subprocess
 import threading
@@ -25,10 +24,12 @@ from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_pr
 from helpers.data import heldout_questions
 from helpers.memory.monitor import process_rss_gb
 from helpers.model import ModelSetupError, embedded_gguf_path, generate
-from helpers.notebook_setup import (AdapterMissing, adapter_base_model, adapter_fits, base_model_key, is_adapter,
-                                    locate_adapter)
 from helpers.run.guard import need_free_gb
+from helpers.teaching.exercises.registry import number as exercise_number
+from helpers.run.reward_specs import load_reward_functions
 from helpers.rewards import score_completion
+from helpers.sharing import (AdapterMissing, adapter_base_model, adapter_fits, base_model_key, is_adapter,
+                             locate_adapter)
 from helpers.runtime import GIB  # GB in this kit means GiB (2**30 bytes), as the memory model and runtime report
 
 # ------------------------------------------------------------------------------------------- 01 setup
@@ -248,20 +249,17 @@ def save_rewards(funcs, run_dir) -> Path | None:
 
 
 def load_rewards(run_dir) -> list:
-    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with how to bring them when there are none)."""
+    """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with how to bring them when there are none). Loaded
+    as the CLI's --reward is (helpers.run.reward_specs): a broken file is refused with its line and the fix."""
     path = Path(run_dir) / REWARD_FILE
     if not path.is_file():
         where = "on Google Drive" if sharing.on_drive(path) else "on this runtime's disk"
         print(f"[grpo-kit] no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
-              f"yours: run 04 to its exercise 4.3 with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
+              f"yours: run 04 to its exercise {exercise_number('brevity_reward')} with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
               "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
               "then run this cell again.")
         return []
-    spec = importlib.util.spec_from_file_location("my_rewards", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    funcs = [v for k, v in vars(module).items() if k.endswith("_reward") and callable(v)
-             and getattr(v, "__module__", None) == "my_rewards"]
+    funcs = load_reward_functions(path, again="run this cell again")
     print(f"[grpo-kit] your rewards from {path}: {', '.join(f.__name__ for f in funcs) or 'none'}")
     return funcs
 
@@ -313,12 +311,12 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     are helpers.run.pipeline.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
     """
     from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
-    from helpers.run.folder import read_json  # a cut-off summary.json: the file and the fix, not a JSON traceback
+    from helpers.run.folder import finished_summary  # the CLI's rule; a cut-off summary.json: the file and the fix
 
     target = Path(run_dir or kit.run_dir)
     preset = kit.preset.with_overrides(**changes) if changes else kit.preset
-    finished = read_json(target / "summary.json") if (target / "summary.json").is_file() else None
-    if not overwrite and finished is not None and finished.get("steps", 0) >= preset.max_steps:
+    finished = None if overwrite else finished_summary(target, preset.max_steps)
+    if finished is not None:
         print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
               "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "
               "RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
@@ -408,7 +406,7 @@ def adapter_for_this_runtime(kit, staged=None, train_if_missing: bool = True):
     (06 then evaluates with them instead of loading the model again). First of:
     1. RUN_DIR/adapter, when this preset's model can load it (05's run on the same preset) - run_dir is RUN_DIR;
     2. in local_run_dir(...) (a run 06 trained there earlier), STAGED_ADAPTER, MyDrive/grpo-kit/staged/adapter:
-       helpers.notebook_setup.locate_adapter on that folder - run_dir is the local folder;
+       helpers.sharing.locate_adapter on that folder - run_dir is the local folder;
     3. train_if_missing: a tiny run trained into the local folder now (train_tiny_adapter).
     Otherwise AdapterMissing naming what RUN_DIR holds, where it looked, and the fixes. RUN_DIR is never written.
     """

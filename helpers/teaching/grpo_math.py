@@ -23,10 +23,8 @@ tests/test_grpo_math.py checks these numbers against hand-computed ones and agai
 
 from __future__ import annotations
 
-import collections
 import html
 import math
-import types
 
 from helpers.rewards import score_completion
 
@@ -324,7 +322,7 @@ def completion_logps(model, batch, temperature: float = 1.0):
 # GRPOTrainer._compute_loss starts with the model's forward pass; trl_loss replaces that pass with the log-probabilities
 # given, and everything after it is TRL's code, run as is (the ratio, the clipping, the loss type's averaging), with
 # GRPOConfig's defaults read from the dataclass, so a TRL that changes a default changes the truth with it. One
-# process, no vLLM, no accumulation: one generation batch. Exercise 8.1 checks the student's loss against it.
+# process, no vLLM, no accumulation: one generation batch. Lesson 08's policy_loss exercise checks the student's loss against it.
 
 
 def trl_default(name: str):
@@ -334,51 +332,19 @@ def trl_default(name: str):
     return GRPOConfig.__dataclass_fields__[name].default
 
 
-class _OneProcess:
-    """What _compute_loss asks of accelerate, for one process: gather and reduce are the identity."""
-
-    num_processes = 1
-    sync_gradients = True
-
-    def gather(self, x):
-        return x
-
-    gather_for_metrics = gather
-
-    def reduce(self, x, reduction="sum"):
-        return x
-
-
 def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, loss_type: str | None = None,
              beta: float = 0.0, ref_logps=None, max_completion_length: int | None = None):
     """GRPOTrainer._compute_loss on these per-token log-probabilities (completions x tokens), with the old policy's
     log-probabilities, one advantage per completion and the completion mask. epsilon and loss_type default to
     GRPOConfig's; beta > 0 adds the KL term against ref_logps; max_completion_length (dr_grpo's constant) defaults to
-    the tokens given. Returns TRL's loss tensor (with a gradient back to logps when logps has one)."""
-    import torch
-    from trl import GRPOTrainer
+    the tokens given. Returns TRL's loss tensor (with a gradient back to logps when logps has one). The call on TRL's
+    private method is helpers.run.trl_patches.trl_compute_loss."""
+    from helpers.run.trl_patches import LOSS_CONFIG_FIELDS, trl_compute_loss
 
-    epsilon = trl_default("epsilon") if epsilon is None else epsilon
-    high = trl_default("epsilon_high")
-    mask = torch.as_tensor(mask).float()
-    advantages = torch.as_tensor(advantages, dtype=torch.float32)
-    trainer = types.SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *a, **k: (logps, torch.zeros_like(logps), None),
-        top_entropy_quantile=trl_default("top_entropy_quantile"),
-        off_policy_mask_threshold=trl_default("off_policy_mask_threshold"),
-        importance_sampling_level=trl_default("importance_sampling_level"), beta=beta,
-        args=types.SimpleNamespace(use_bias_correction_kl=trl_default("use_bias_correction_kl"),
-                                   delta=trl_default("delta"), steps_per_generation=1),
-        loss_type=trl_default("loss_type") if loss_type is None else loss_type,
-        epsilon_low=epsilon, epsilon_high=epsilon if high is None else high,
-        use_vllm=False, vllm_importance_sampling_correction=False, model=types.SimpleNamespace(training=True),
-        current_gradient_accumulation_steps=1, accelerator=_OneProcess(),
-        max_completion_length=logps.size(1) if max_completion_length is None else max_completion_length,
-        _entropy_bonus_enabled=False, aux_loss_enabled=False, _metrics={"train": collections.defaultdict(list)},
-    )
-    b, t = logps.shape
-    inputs = {"prompt_ids": torch.zeros(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1, dtype=torch.long),
-              "completion_ids": torch.zeros(b, t, dtype=torch.long), "completion_mask": mask,
-              "advantages": advantages, "old_per_token_logps": old_logps, "num_items_in_batch": mask.sum(),
-              **({"ref_per_token_logps": ref_logps} if ref_logps is not None else {})}
-    return GRPOTrainer._compute_loss(trainer, None, inputs)
+    config = {name: trl_default(name) for name in LOSS_CONFIG_FIELDS}
+    config["beta"] = beta
+    if epsilon is not None:
+        config["epsilon"] = epsilon
+    if loss_type is not None:
+        config["loss_type"] = loss_type
+    return trl_compute_loss(logps, old_logps, advantages, mask, config, ref_logps, max_completion_length)

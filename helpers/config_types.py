@@ -1,0 +1,90 @@
+"""A setting's value as its annotated type: text (a notebook parameter from papermill -p, a YAML string, a CLI flag)
+parsed, lists made tuples, paths expanded, and anything else refused with the field and the fix. Used for Preset
+(helpers.config) and RunOptions (helpers.run.options) alike; the names stay importable from helpers.config."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+
+class PresetError(ValueError):
+    """A preset setting that cannot work; the message names the field and the fix."""
+
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _kind_of(value) -> str:
+    return f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
+
+
+def _parsed(kind, value):
+    """value as `kind` (bool, int, float, str, Path), text parsed; raise ValueError when it is not one."""
+    if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    if kind is Path and isinstance(value, (str, Path)):
+        return Path(value).expanduser()
+    if kind in (int, float) and isinstance(value, str):
+        return kind(value.strip())
+    ok = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[kind]
+    if not isinstance(value, ok) or (kind is not bool and isinstance(value, bool)):
+        raise ValueError(value)
+    return value
+
+
+def _example_of(cls, name: str):
+    """The "e.g." of a refusal: cls.field_example(name) where the class has one (Preset: a preset's own value)."""
+    example = getattr(cls, "field_example", None)
+    return example(name) if example is not None else None
+
+
+def typed_value(name: str, value, hint, example=None):
+    """A field's value as its annotated type: text (a notebook parameter from papermill -p, a YAML string) parsed,
+    lists made tuples, paths expanded; anything else raises PresetError naming the field and the fix (with
+    `example` as its "e.g.", when given)."""
+    args = typing.get_args(hint)
+    if value is None and (hint is type(None) or type(None) in args):
+        return None
+    if type(None) in args:
+        hint = next(a for a in args if a is not type(None))
+    try:
+        if typing.get_origin(hint) is tuple:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)):
+                raise ValueError(value)
+            kind = typing.get_args(hint)[0]
+            return tuple(_parsed(kind, x.strip() if isinstance(x, str) else x) for x in items
+                         if not (isinstance(x, str) and not x.strip()))
+        return _parsed(hint, value)
+    except ValueError:
+        raise _type_error(name, value, hint, example) from None
+
+
+def _type_error(name: str, value, hint, example=None) -> PresetError:
+    """The refusal of a value of the wrong type; `.field` and `.example` let the notebook's setup cell add the
+    parameter a student typed (helpers.notebook_setup.prepare)."""
+    kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
+        {bool: "True or False", int: "a whole number", float: "a number", str: "text",
+         Path: "a folder path"}.get(hint, str(hint))
+    fix = f"give {kind}" + (f", e.g. {name}={example!r}" if example is not None else "")
+    err = PresetError(f"{name}={value!r}: is {_kind_of(value)}, not {kind}. Fix: {fix}.")
+    err.field, err.example = name, example
+    return err
+
+
+def typed_fields(cls, values: dict) -> dict:
+    """typed_value for each of `values`, a dict of `cls`'s fields (Preset, RunOptions)."""
+    hints = typing.get_type_hints(cls)
+    return {name: typed_value(name, value, hints[name], _example_of(cls, name)) for name, value in values.items()}
+
+
+def check_types(obj) -> None:
+    """Each field of a dataclass (Preset, RunOptions) holds its annotated type: one built by hand with text in it
+    (a notebook parameter from papermill -p) would otherwise fail deep inside TRL, after the model loaded."""
+    for name, hint in typing.get_type_hints(type(obj)).items():
+        value = getattr(obj, name)
+        example = _example_of(type(obj), name)
+        typed = typed_value(name, value, hint, example)
+        if isinstance(value, str) and typed is not value and not isinstance(typed, Path):  # text that needs parsing
+            raise _type_error(name, value, hint, example)
