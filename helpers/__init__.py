@@ -1,6 +1,8 @@
 """Helpers for the GRPO course kit: every notebook and command calls into this package.
 
 The core, flat (each imports only the core below it):
+    messages.py        the kit's one voice: every [grpo-kit] line, through logging's "grpo_kit" (silence or redirect it)
+    backend.py         Backend, the preset's backend (cpu, unsloth, trl-vllm): what it needs (a GPU, Unsloth, vLLM)
     runtime.py         what machine this is: Colab, the GPU, free memory (GiB), bf16; the guards that refuse with the fix
     config.py          the presets (cpu, t4, multi-GPU), their validation, the GRPOConfig each becomes on a runtime
     config_types.py    a setting's value as its annotated type: text parsed, a wrong type refused with the fix

@@ -38,6 +38,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.messages import say
+
 KIT = Path(__file__).resolve().parents[1]
 HELPERS = KIT / "helpers"
 STEPS = 2
@@ -335,7 +337,7 @@ HEARTBEAT_S = 15  # a "still running" line after this many quiet seconds
 
 def _say(text: str) -> None:
     if SHOW_PROGRESS:
-        print(f"[grpo-kit] capstone: {text}", flush=True)
+        say(f"capstone: {text}")
 
 
 def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:

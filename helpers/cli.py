@@ -6,6 +6,7 @@ takes its underscore spelling (`--max_steps`, as TRL's and transformers' scripts
 from __future__ import annotations
 
 import argparse
+import enum
 import shutil
 import sys
 import typing
@@ -93,6 +94,8 @@ def add_field_flag(ap, f: Field, hint, default_is_preset: bool, prog: str = "the
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), hint) if optional and origin is not tuple else hint
+    if isinstance(base, type) and issubclass(base, enum.Enum) and issubclass(base, str):
+        base = str  # a name (Preset.backend: --backend cpu), made its member by the dataclass (helpers.config_types)
     default = None if default_is_preset else f.default
     if base is bool:
         ap.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)

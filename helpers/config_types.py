@@ -1,9 +1,11 @@
 """A setting's value as its annotated type: text (a notebook parameter from papermill -p, a YAML string, a CLI flag)
-parsed, lists made tuples, paths expanded, and anything else refused with the field and the fix. Used for Preset
-(helpers.config) and RunOptions (helpers.run.options) alike; the names stay importable from helpers.config."""
+parsed, lists made tuples, paths expanded, a name made its enum member (helpers.backend.Backend), and anything else
+refused with the field and the fix. Used for Preset (helpers.config) and RunOptions (helpers.run.options) alike;
+the names stay importable from helpers.config."""
 
 from __future__ import annotations
 
+import enum
 import typing
 from pathlib import Path
 
@@ -19,8 +21,15 @@ def _kind_of(value) -> str:
     return f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
 
 
+def _is_choice(kind) -> bool:
+    """An enum field (Preset.backend): one of a fixed set of names."""
+    return isinstance(kind, type) and issubclass(kind, enum.Enum)
+
+
 def _parsed(kind, value):
-    """value as `kind` (bool, int, float, str, Path), text parsed; raise ValueError when it is not one."""
+    """value as `kind` (bool, int, float, str, Path, an enum), text parsed; raise ValueError when it is not one."""
+    if _is_choice(kind):
+        return kind(value.strip() if isinstance(value, str) else value)  # a member, or its name as text
     if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     if kind is Path and isinstance(value, (str, Path)):
@@ -58,7 +67,7 @@ def typed_value(name: str, value, hint, example=None):
                          if not (isinstance(x, str) and not x.strip()))
         return _parsed(hint, value)
     except ValueError:
-        raise _type_error(name, value, hint, example) from None
+        raise (_choice_error if _is_choice(hint) else _type_error)(name, value, hint, example) from None
 
 
 def _type_error(name: str, value, hint, example=None) -> PresetError:
@@ -70,6 +79,17 @@ def _type_error(name: str, value, hint, example=None) -> PresetError:
     fix = f"give {kind}" + (f", e.g. {name}={example!r}" if example is not None else "")
     err = PresetError(f"{name}={value!r}: is {_kind_of(value)}, not {kind}. Fix: {fix}.")
     err.field, err.example = name, example
+    return err
+
+
+def _choice_error(name: str, value, hint, example=None) -> PresetError:
+    """The refusal of a name an enum field does not have, listing the valid ones ("backend='x': must be 'cpu',
+    'unsloth' or 'trl-vllm'. Fix: pick one of the three.")."""
+    names = [repr(member.value) for member in hint]
+    choices = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+    count = {2: "two", 3: "three", 4: "four"}.get(len(names), str(len(names)))
+    err = PresetError(f"{name}={value!r}: must be {choices}. Fix: pick one of the {count}.")
+    err.field, err.example = name, example.value if isinstance(example, enum.Enum) else example
     return err
 
 
@@ -86,5 +106,5 @@ def check_types(obj) -> None:
         value = getattr(obj, name)
         example = _example_of(type(obj), name)
         typed = typed_value(name, value, hint, example)
-        if isinstance(value, str) and typed is not value and not isinstance(typed, Path):  # text that needs parsing
+        if isinstance(value, str) and typed is not value and not isinstance(typed, (Path, enum.Enum)):  # text to parse
             raise _type_error(name, value, hint, example)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from helpers.config import Preset, get_preset
 from helpers.data import heldout_questions
+from helpers.messages import say
 from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                 side_by_side_text, write_eval)
 
@@ -45,13 +46,13 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     rows = heldout_questions(preset)
     model, tokenizer = load_for_eval(preset, adapter)
     before = load_before(run_dir / "before.json", preset)
-    print("[grpo-kit] " + ("before: reusing before.json; evaluating with the adapter" if before else
-                           "evaluating without, then with the adapter") + " (greedy) ...")
+    say(("before: reusing before.json; evaluating with the adapter" if before else
+         "evaluating without, then with the adapter") + " (greedy) ...")
     result = before_after(model, tokenizer, rows, preset, adapter, before=before)
     before, after = result["before"], result["after"]
     pass_k = None
     if samples:
-        print(f"[grpo-kit] sampled pass@k: {samples} samples per question, without and with the adapter ...")
+        say(f"sampled pass@k: {samples} samples per question, without and with the adapter ...")
         pass_k = pass_at_k_before_after(model, tokenizer, rows, preset, n=samples, ks=ks, adapter_path=adapter)
     report = eval_report(before, after, preset, pass_at_k=pass_k)
     path = write_eval(run_dir / "eval.json", report)
@@ -60,7 +61,7 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
         for when in ("before", "after"):
             ks_text = ", ".join(f"{k} {v:.2f}" for k, v in pass_k[when].items() if k.startswith("pass@"))
             print(f"{when:<7} {ks_text}")
-    print(f"[grpo-kit] wrote {path}")
+    say(f"wrote {path}")
     return report
 
 

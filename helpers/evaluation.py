@@ -17,6 +17,7 @@ from pathlib import Path
 from tqdm.std import tqdm
 
 from helpers import runtime as rt
+from helpers.messages import PREFIX, say
 from helpers.model import decoding_steps, generate, has_vllm_engine, load, load_cpu
 from helpers.prompts import extract_answer
 from helpers.rewards import answers_match, strict_format_reward
@@ -55,7 +56,7 @@ SHOW_PROGRESS = True  # the progress bars of evaluate and pass@k; False where th
 def progress(total: int, what: str):
     """A tqdm bar for a wait over a few seconds (stderr; redrawn in place in a terminal, Jupyter and Colab), counted
     in decoding steps: helpers.model.generate advances it without changing how the questions are batched."""
-    return tqdm(total=total, desc=f"[grpo-kit] {what}", unit="step", disable=not SHOW_PROGRESS, dynamic_ncols=True,
+    return tqdm(total=total, desc=f"{PREFIX}{what}", unit="step", disable=not SHOW_PROGRESS, dynamic_ncols=True,
                 mininterval=1.0)
 
 
@@ -73,7 +74,7 @@ def load_for_eval(preset, adapter_path, runtime=None):
     CPU: the embedded model wrapped in the saved peft adapter (disable_adapter() gives the base model).
     GPU: Unsloth's model with vLLM; the adapter is passed per request (lora_path).
     """
-    if preset.backend == "cpu":
+    if preset.backend.is_cpu:
         return load_cpu(preset, adapter_path=adapter_path)
     return load(preset, runtime or rt.detect())
 
@@ -138,10 +139,10 @@ def load_before(paths, settings) -> dict | None:
         try:
             saved = json.loads(path.read_text())
         except ValueError:
-            print(f"[grpo-kit] {path} is not readable JSON: evaluating before training again")
+            say(f"{path} is not readable JSON: evaluating before training again")
             continue
         if saved.get("settings") != eval_settings(settings):
-            print(f"[grpo-kit] {path} was made with other evaluation settings: evaluating before training again")
+            say(f"{path} was made with other evaluation settings: evaluating before training again")
             continue
         return {k: v for k, v in saved.items() if k != "settings"}
     return None
@@ -346,10 +347,10 @@ def read_run(run_dir) -> dict | None:
     except FileNotFoundError:
         return None
     except ValueError:
-        print(f"[grpo-kit] {run_dir / 'summary.json'} is not readable JSON: the run's results cannot be shown")
+        say(f"{run_dir / 'summary.json'} is not readable JSON: the run's results cannot be shown")
         return None
     if not isinstance(summary.get("before"), dict) or not isinstance(summary.get("after"), dict):
-        print(f"[grpo-kit] {run_dir / 'summary.json'} has no before/after evaluation: not a finished run")
+        say(f"{run_dir / 'summary.json'} has no before/after evaluation: not a finished run")
         return None
     pairs, pass_k = [], None
     if (run_dir / "eval.json").is_file():

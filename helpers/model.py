@@ -336,11 +336,11 @@ def trl_vllm_load_kwargs(settings, device) -> dict:
 
 def load(settings, runtime=None):
     """(model, tokenizer) for the preset's backend."""
-    if settings.backend in ("trl-vllm", "unsloth") and runtime is not None and not runtime.has_gpu:
+    if settings.backend.needs_gpu and runtime is not None and not runtime.has_gpu:
         raise no_gpu(settings, on_colab=runtime.on_colab)
-    if settings.backend == "trl-vllm":
+    if settings.backend.uses_trl_vllm:
         return load_trl_vllm(settings)
-    if settings.backend == "unsloth":
+    if settings.backend.uses_unsloth:
         return load_unsloth(settings)
     return load_cpu(settings)
 

@@ -24,9 +24,10 @@ from pathlib import Path
 # helpers.runtime and helpers.colab load torch only inside functions: safe before the Colab install.
 from helpers import runtime as rt
 from helpers.colab import KIT_DIRNAME, LESSONS, drive_run_dir, kit_root, lesson_needs_gpu  # used below; setup.LESSONS
-# and setup.lesson_needs_gpu also still answer for older copies and scripts/make_notebooks.py (helpers.colab is home)
+# and setup.lesson_needs_gpu also still answer for older copies (helpers.colab is their home)
 from helpers.colab import install_if_colab  # noqa: F401 - the setup cell (every copy, old or new) calls it here
 from helpers.runtime import on_colab  # noqa: F401 - for older copies: setup.on_colab, as before the Colab half moved
+from helpers.messages import say, warn  # the standard library only
 
 # The kit's GitHub owner/name. scripts/set_repo.py changes it here and in every badge and clone URL;
 # tests/test_repo_slug.py checks that they all agree.
@@ -71,14 +72,6 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
                     max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)""".format(
     slug=REPO_SLUG, dirname=KIT_DIRNAME)
 
-
-def colab_badge(notebook: str | os.PathLike) -> str:
-    """The "Open In Colab" badge (markdown) for a notebook, given its path inside the kit (notebooks/05_train.ipynb)."""
-    rel = Path(notebook).as_posix()
-    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"(https://colab.research.google.com/github/{REPO_SLUG}/blob/main/{rel})")
-
-
 # The names SETUP_CELL reads from the parameters cell.
 SETUP_CELL_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "RUN_DIR", "MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS",
                          "BATCH_SIZE", "MAX_COMPLETION_LENGTH", "EVAL_MAX_NEW_TOKENS")
@@ -112,7 +105,7 @@ class Kit:
 
     @property
     def on_gpu(self) -> bool:
-        return self.preset.backend == "unsloth"
+        return self.preset.backend.uses_unsloth  # the lessons' GPU path: Unsloth + vLLM on one GPU
 
 
 def resolve_preset_name(preset_name: str | None, runtime, lesson: str | None = None) -> str:
@@ -160,7 +153,7 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
         raise _with_parameter(err) from None
     # A GPU preset without a GPU -> the fix; too little free memory -> said now, before anything loads; Unsloth first.
     warnings = guard.check_before_loading(preset, runtime)
-    want_gpu = preset.backend == "unsloth"
+    want_gpu = preset.backend.uses_unsloth
     run_dir = Path(run_dir or DEFAULT_RUN_DIR)
     if drive:
         run_dir = drive_run_dir(run_dir, mount=mount)
@@ -169,16 +162,16 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
         run_dir = root / run_dir
     kit = Kit(root=root, runtime=runtime, preset=preset, run_dir=run_dir, overrides=overrides)
     if not quiet:
-        print(f"[grpo-kit] kit: {root}")
-        print(f"[grpo-kit] runtime: {runtime.describe()}")
+        say(f"kit: {root}")
+        say(f"runtime: {runtime.describe()}")
         if lesson is not None and not needs_gpu:
-            print(f"[grpo-kit] lesson {lesson}: no GPU needed ({LESSONS[lesson].why})")
-        print(f"[grpo-kit] preset: {preset.name} - {preset.description}")
+            say(f"lesson {lesson}: no GPU needed ({LESSONS[lesson].why})")
+        say(f"preset: {preset.name} - {preset.description}")
         if overrides:
-            print(f"[grpo-kit] overrides: {overrides}")
+            say(f"overrides: {overrides}")
         flags = precision_flags(runtime) if want_gpu else precision_flags(rt.Runtime(on_colab=runtime.on_colab))
-        print(f"[grpo-kit] precision flags for training: {flags}")
-        print(f"[grpo-kit] run folder: {run_dir}" + (" (Google Drive: kept when this runtime ends)" if drive else ""))
+        say(f"precision flags for training: {flags}")
+        say(f"run folder: {run_dir}" + (" (Google Drive: kept when this runtime ends)" if drive else ""))
         for w in warnings:
-            print(f"[grpo-kit] warning: {w}")
+            warn(f"warning: {w}")
     return kit

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from helpers.backend import Backend
+
 
 # Every GPU figure in the kit is in GiB (2**30 bytes), what PyTorch's allocator and helpers.memory count in;
 # "GB" in messages means GiB. (Decimal GB would show a T4's 14.56 GiB as 15.63 "GB".)
@@ -32,7 +34,8 @@ def no_gpu(preset=None, *, on_colab: bool) -> RuntimeProblem:
     name = getattr(preset, "name", None)
     what = f"preset {name!r}" if name else "this lesson" if on_colab else "the GPU path"
     where = "No GPU is attached to this Colab session" if on_colab else "No GPU is visible to PyTorch on this machine"
-    if getattr(preset, "backend", None) == "trl-vllm":
+    backend = getattr(preset, "backend", None)
+    if backend is not None and Backend(backend).uses_trl_vllm:
         return RuntimeProblem(f"{where}, and {what} needs NVIDIA GPUs (several: TRL + vLLM, bf16). Fix: run it on a "
                               "multi-GPU machine with accelerate launch (docs/scale-out.md), or use the cpu preset.")
     if on_colab:
@@ -67,11 +70,11 @@ class Runtime:
         return self.compute_capability is not None and self.compute_capability >= (8, 0)
 
     @property
-    def backend(self) -> str:
-        """'unsloth' (GPU, Unsloth + vLLM installed) or 'cpu' (transformers + peft, embedded model)."""
+    def backend(self) -> Backend:
+        """Backend.UNSLOTH (GPU, Unsloth + vLLM installed) or Backend.CPU (transformers + peft, embedded model)."""
         if self.has_gpu and self.has_unsloth and self.has_vllm:
-            return "unsloth"
-        return "cpu"
+            return Backend.UNSLOTH
+        return Backend.CPU
 
     @property
     def precision(self) -> str:
@@ -217,17 +220,17 @@ def import_unsloth():
     return unsloth
 
 
-def start_gpu_process(backend: str | None) -> None:
+def start_gpu_process(backend: Backend | str | None) -> None:
     """The first call of every GPU entry point (python -m helpers.train, the guard before any model loads):
     allocator settings before CUDA starts, then Unsloth before transformers/TRL are imported, so its patches apply.
 
     backend: the preset's (helpers.config.Preset.backend). Does nothing for the cpu backend, and imports nothing when
     Unsloth is not installed (the runtime check says so).
     """
-    if backend in (None, "cpu"):
+    if backend is None or not Backend(backend).needs_gpu:
         return
     configure_cuda_allocator()
-    if backend == "unsloth" and _installed("unsloth"):
+    if Backend(backend).uses_unsloth and _installed("unsloth"):
         import_unsloth()
 
 

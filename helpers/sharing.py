@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from helpers import data
+from helpers.messages import say
 from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
@@ -57,7 +58,7 @@ def fresh_folder(path, overwrite: bool) -> Path:
         if not overwrite:
             raise SharingError(f"{path} already exists and is not empty; nothing was written. Choose another folder, "
                                "or pass overwrite=True to replace it.")
-        print(f"[grpo-kit] overwrite=True: replacing {path}")
+        say(f"overwrite=True: replacing {path}")
         shutil.rmtree(path) if path.is_dir() else path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
@@ -129,7 +130,7 @@ def attach_trained_adapter(model, adapter_path) -> None:
     if unexpected:
         raise RuntimeError(f"the adapter in {adapter_path} does not match the loaded model ({len(unexpected)} "
                            f"unexpected keys, e.g. {unexpected[0]}): was it trained with another preset?")
-    print(f"[grpo-kit] loaded the trained adapter weights from {weights} into the model for export")
+    say(f"loaded the trained adapter weights from {weights} into the model for export")
 
 
 def adapter_is_untrained(model) -> bool:
@@ -157,7 +158,7 @@ def check_reload(model, tokenizer, adapter_path, settings, prompts=None, max_new
         note = ("the model in memory holds an untrained LoRA adapter (every lora_B is zero): this compares the base "
                 "model with the saved adapter. Attach the trained weights first (attach_trained_adapter) to "
                 "check the reload of a trained model.")
-        print(f"[grpo-kit] note: {note}")
+        say(f"note: {note}")
     s = replace(settings, eval_max_new_tokens=max_new_tokens)
     if prompts is None:
         prompts = [r["prompt"] for r in data.synthetic_problems(3, "heldout", seed=settings.seed)]
@@ -342,18 +343,6 @@ def export_gguf_cpu(model, path, settings, adapter_path=None, overwrite: bool = 
     return path
 
 
-def load_gguf(path):
-    """(model, tokenizer) from a folder holding one .gguf file, with plain transformers (weights dequantized)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    (file,) = sorted(Path(path).glob("*.gguf"))
-    tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:  # transformers' GGUF tokenizer for gpt2-style vocabularies sets none
-        tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name), tokenizer
-
-
 # ----------------------------------------------------------------------------------------- the Hub
 
 
@@ -416,7 +405,7 @@ def push_folder(folder, repo_id: str, private: bool = True, token: str | None = 
         message = redact(f"{type(err).__name__}: {err}", token)
         raise SharingError(f"upload to {repo_id} failed: {message}") from None
     url = f"https://huggingface.co/{repo_id}"
-    print(f"[grpo-kit] uploaded {folder} to {url}")
+    say(f"uploaded {folder} to {url}")
     return url
 
 
@@ -489,7 +478,7 @@ def locate_adapter(kit, staged: str | os.PathLike | None = None, mount=None) -> 
                     f"({kit.preset.name}) loads {kit.preset.model_name}. "
                     "Fix: use an adapter from a run with the same preset (the t4 preset on a T4 runtime, the cpu "
                     "preset on a CPU runtime), or set PRESET to match it.")
-            print(f"[grpo-kit] using the trained adapter in {folder}")
+            say(f"using the trained adapter in {folder}")
             return Path(folder)
     raise AdapterMissing(
         "No trained adapter found; looked in: " + ", ".join(looked) + ". Fix, one of: (a) train one with this "

@@ -144,7 +144,7 @@ from helpers.model import prepare_embedded_model
 from helpers.teaching import course
 
 # The tokenizer alone, without the model: the embedded SmolLM2's folder on a CPU, the Hub model on a GPU.
-source = prepare_embedded_model() if kit.preset.backend == "cpu" else kit.preset.model_name
+source = prepare_embedded_model() if kit.preset.backend.is_cpu else kit.preset.model_name
 tokenizer = AutoTokenizer.from_pretrained(source)
 lengths = [data.prompt_token_length(tokenizer, row["prompt"]) for row in dataset]  # chat template applied
 limit = kit.preset.max_prompt_length

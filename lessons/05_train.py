@@ -127,7 +127,7 @@ from helpers.teaching.exercises import nb05 as ex  # this lesson's self-checking
 # SOLUTION
 def make_config(p, runtime, output_dir, save_steps):
     """The GRPOConfig of preset p on this runtime: the one `python -m helpers.train` builds."""
-    on_gpu = p.backend == "unsloth"              # Unsloth + vLLM on a GPU; transformers + peft on a CPU
+    on_gpu = p.backend.uses_unsloth              # Unsloth + vLLM on a GPU; transformers + peft on a CPU
     bf16_ok = on_gpu and runtime.bf16_supported  # Ampere (compute capability 8.0) or newer
     return GRPOConfig(
         output_dir=output_dir,                   # checkpoint-N/ folders go here
@@ -247,7 +247,7 @@ def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callback
 
 # %%
 result = ex.q3.check(make_trainer)
-if kit.preset.backend != "unsloth":
+if not kit.preset.backend.uses_unsloth:
     patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
 callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
 # Yours once it passes; until then the same call in helpers.run.pipeline.build_trainer, so the lesson goes on.

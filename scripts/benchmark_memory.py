@@ -544,7 +544,7 @@ def emulate(emulated: EmulatedGPU, card_gib: float, record: dict) -> float:
 def benchmark_run_preset(preset, args):
     """The preset the kit's steps get: N steps, and with --random-weights the random model's folder as its model."""
     preset = preset.with_overrides(max_steps=args.steps)
-    if args.random_weights and preset.backend == "unsloth":
+    if args.random_weights and preset.backend.uses_unsloth:
         key = model_key(preset.model_name)
         folder = random_model_folder(key, args.random_model_dir or default_random_model_dir(key), args.tokenizer)
         preset = on_random_weights(preset, folder)
@@ -564,7 +564,7 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
     record["stage"] = "start"
     state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
-    device = args.device if preset.backend == "cpu" else None  # --device: the cpu preset's model elsewhere
+    device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
     model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device)
     record["stage"] = "prompts"
     rows, heldout = benchmark_data(preset, args, tokenizer, record)

@@ -328,7 +328,7 @@ def default_random_model_dir(key: str) -> Path:
 def on_random_weights(preset, folder):
     """The preset loading the random-weight model in folder, where it is a GPU preset (the cpu preset's embedded model
     is real and small)."""
-    return preset.with_overrides(model_name=str(folder)) if preset.backend == "unsloth" else preset
+    return preset.with_overrides(model_name=str(folder)) if preset.backend.uses_unsloth else preset
 
 
 def _qwen_tokenizer_dir() -> Path:

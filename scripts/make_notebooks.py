@@ -40,7 +40,7 @@ if str(KIT) not in sys.path:  # run as a file: helpers/ and scripts/ import from
     sys.path.insert(0, str(KIT))
 
 from helpers.config import PRESETS  # noqa: E402
-from helpers.notebook_setup import lesson_needs_gpu  # noqa: E402
+from helpers.colab import lesson_needs_gpu  # noqa: E402
 from scripts import make_student_notebooks as student  # noqa: E402
 
 REPO = KIT  # where the committed notebooks are compared and written (tests point it elsewhere)
@@ -173,7 +173,7 @@ def with_answer_key(guide: str, found: dict) -> str:
 
 def colab_metadata(lesson_name: str) -> dict:
     """What the notebook asks Colab for when its badge is opened: a T4 only for the lesson that needs one (05, the
-    T4 lab; helpers.notebook_setup.LESSONS); every other lesson opens on a CPU runtime and leaves the GPU free."""
+    T4 lab; helpers.colab.LESSONS); every other lesson opens on a CPU runtime and leaves the GPU free."""
     if lesson_needs_gpu(lesson_name):
         return {"colab": {"provenance": [], "gpuType": "T4"}, "accelerator": "GPU"}
     return {"colab": {"provenance": []}}

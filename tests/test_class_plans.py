@@ -19,7 +19,7 @@ import pytest
 from helpers.config import get_preset, validate
 from helpers.memory.architectures import MODELS
 from helpers import sharing
-from helpers.notebook_setup import LESSONS
+from helpers.colab import LESSONS
 from helpers.run.folder import config_differences
 from helpers.teaching import class_plans as cp
 from notebook_runner import NOTEBOOK_DIR, ROOT, execute, names_read_after_parameters, output_text, parameter_defaults, read

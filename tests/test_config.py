@@ -222,3 +222,91 @@ def test_value_typing_lives_in_config_types_and_stays_importable_from_config():
     with pytest.raises(PresetError, match=r"^keep='all': is the text 'all', not a whole number\. Fix: give a whole "
                                           r"number\.$"):
         config_types.typed_fields(RunOptions, {"keep": "all"})
+
+
+# ---------------------------------------------------------------------------------------------- the backend
+
+# What each preset's backend needs, as the callers ask it (helpers.backend.Backend's properties).
+BACKEND_NEEDS = {  # preset: (backend, is_cpu, needs_gpu, uses_unsloth, uses_trl_vllm)
+    "cpu": ("cpu", True, False, False, False),
+    "t4": ("unsloth", False, True, True, False),
+    "a100x2-qwen7b-lora": ("trl-vllm", False, True, False, True),
+    "8xh100-qwen7b-lora": ("trl-vllm", False, True, False, True),
+}
+
+
+def test_every_preset_holds_a_backend_whose_properties_say_what_it_needs():
+    from helpers.backend import Backend
+
+    assert set(BACKEND_NEEDS) == set(config.PRESETS)
+    for name, (value, *needs) in BACKEND_NEEDS.items():
+        b = config.PRESETS[name].backend
+        assert type(b) is Backend and b.value == value and b == value  # still equal to its name
+        assert [b.is_cpu, b.needs_gpu, b.uses_unsloth, b.uses_trl_vllm] == needs, name
+    assert fake_runtime("cpu").backend is Backend.CPU and fake_runtime("t4").backend is Backend.UNSLOTH
+
+
+def test_a_backend_given_as_text_becomes_its_member_however_it_is_given(tmp_path):
+    """A keyword (a notebook parameter), a hand-built Preset, the command line and a YAML --config all give the name
+    as text; the Preset holds the member, so `preset.backend.needs_gpu` works whichever way it came."""
+    from dataclasses import replace
+
+    from helpers.backend import Backend
+    from helpers.train import overrides_from, parse_args
+
+    assert get_preset("cpu", backend=" unsloth ").backend is Backend.UNSLOTH
+    assert replace(get_preset("cpu"), backend="trl-vllm").backend is Backend.TRL_VLLM
+    assert config.Preset(**{**get_preset("t4").to_dict(), "backend": "unsloth"}) == get_preset("t4")
+    assert get_preset("cpu", backend=Backend.UNSLOTH).backend is Backend.UNSLOTH
+    assert get_preset("cpu", **overrides_from(parse_args(["--backend", "unsloth"]))).backend is Backend.UNSLOTH
+    (tmp_path / "c.yaml").write_text("preset: cpu\nbackend: trl-vllm\n")
+    args = parse_args(["--config", str(tmp_path / "c.yaml")])
+    assert get_preset(args.preset, **overrides_from(args)).backend is Backend.TRL_VLLM
+
+
+@pytest.mark.parametrize("given", ["keyword", "by hand", "a number"])
+def test_an_unknown_backend_is_refused_with_the_valid_names(given):
+    from dataclasses import replace
+
+    with pytest.raises(PresetError, match=r"^backend=('gpu'|1): must be 'cpu', 'unsloth' or 'trl-vllm'\. Fix: pick "
+                                          r"one of the three\.$") as err:
+        if given == "keyword":
+            get_preset("cpu", backend="gpu")
+        elif given == "by hand":
+            replace(get_preset("cpu"), backend="gpu")
+        else:
+            get_preset("cpu", backend=1)
+    assert err.value.field == "backend" and err.value.example == "cpu"  # the notebook's setup cell shows 'cpu'
+
+
+def test_the_command_line_refuses_an_unknown_backend_and_shows_plain_names(capsys):
+    from helpers import train
+
+    assert train.main(["--backend", "CPU"]) == 2
+    assert capsys.readouterr().err == ("error: backend='CPU': must be 'cpu', 'unsloth' or 'trl-vllm'. Fix: pick one "
+                                       "of the three.\n")
+    assert train.main(["--preset", "t4", "--print-config"]) == 0
+    assert '"backend": "unsloth",' in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--backend TEXT" in help_text and "(cpu: cpu, t4: unsloth)" in help_text and "Backend." not in help_text
+
+
+def test_the_backend_is_its_plain_name_in_json_and_messages_and_comes_back_the_same():
+    import json
+
+    from helpers.backend import Backend
+
+    for name, p in config.PRESETS.items():
+        text = json.dumps(p.to_dict(), default=list)
+        assert f'"backend": "{p.backend.value}"' in text
+        saved = json.loads(text)
+        assert type(saved["backend"]) is str
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k != "name"}
+        assert get_preset(name, **fields) == p, name  # what config.json holds gives the same preset back
+    b = Backend.TRL_VLLM
+    assert (str(b), f"{b}", f"{b:>9}", "%s" % b) == ("trl-vllm", "trl-vllm", " trl-vllm", "trl-vllm")
+    assert fake_runtime("cpu").describe().endswith("(backend=cpu)")
+    with pytest.raises(PresetError, match=r"applies to the cpu backend only \(backend='unsloth' samples with vLLM\)"):
+        validate(get_preset("t4", cpu_bf16_sampling=True))

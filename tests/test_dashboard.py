@@ -101,7 +101,7 @@ def test_samples_from_trl_logs_reads_the_latest_batch():
     samples = db.samples_from_trl_logs(_trl_like_logs(), reward_weights=[1.0, 2.0], limit=3)
     assert [s["prompt"] for s in samples] == ["q2", "q3", "q4"]
     assert samples[1]["completion"] == "<answer>3</answer>" and samples[1]["total"] == pytest.approx(2.5)
-    assert "q2" in db.samples_html(samples) and "reward 2.50" in db.samples_text(samples)
+    assert "q2" in db.samples_html(samples)
 
 
 class _Trainer:

@@ -83,3 +83,10 @@ def test_readme_course_table_names_every_notebook_and_its_student_copy():
     assert set(rows) == lessons, f"README course table: missing {sorted(lessons - set(rows))}"
     for lesson, row in rows.items():
         assert f"(notebooks/student/{lesson}.ipynb)" in row, f"{lesson}: no link to its student copy"
+
+
+def test_no_helpers_file_is_over_700_lines():
+    """A file that long holds more than one job (issue 34): split it along its seam before it grows past this."""
+    long = {p.relative_to(ROOT).as_posix(): n for p in (ROOT / "helpers").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 700}
+    assert not long, f"split these: {long}"

@@ -60,7 +60,8 @@ def test_the_setup_cells_modules_import_only_the_standard_library():
     out = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=ROOT, capture_output=True, text=True, check=True)
     third_party, kit_modules = out.stdout.splitlines()
     assert third_party == "[]", f"imported at import time: {third_party}"
-    assert kit_modules == "['helpers', 'helpers.colab', 'helpers.notebook_setup', 'helpers.runtime']"
+    assert kit_modules == ("['helpers', 'helpers.backend', 'helpers.colab', 'helpers.messages', "
+                           "'helpers.notebook_setup', 'helpers.runtime']")
 
 
 def test_older_notebook_copies_still_find_every_name_they_call():

@@ -1,8 +1,8 @@
 """The course notebooks: committed clean and well-formed (fast), and each runs top to bottom on CPU (slow).
 
-The slow tests execute every notebooks/0[1-6]*.ipynb with papermill from the notebooks/ folder, with tiny
-parameters (2 GRPO steps, 4 generations, 4 held-out questions), into a temporary output notebook: the committed
-notebooks are never rewritten. 05 and 06 share one temporary RUN_DIR, as a student's runs/course would be; a
+The slow tests execute notebooks 01-06 and 09 with papermill from the notebooks/ folder (07 and 08 run in
+test_memory_lab_notebook.py and test_grpo_step.py), with tiny parameters (2 GRPO steps, 4 generations, 4 held-out
+questions), into a temporary output notebook: the committed notebooks are never rewritten. 05 and 06 share one temporary RUN_DIR, as a student's runs/course would be; a
 separate test starts 06 on CPU with the T4 lab's run in RUN_DIR (a Qwen adapter, as Drive would hold it): 06 shows
 that run from its files and trains a tiny CPU run of its own.
 """
@@ -17,16 +17,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS, lesson_needs_gpu
+from helpers.colab import lesson_needs_gpu
+from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS
 from notebook_runner import execute
 from notebook_runner import has_image as _has_image
 from notebook_runner import output_text as _text
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[1-6]*.ipynb"))
-EXPECTED = ["01_setup", "02_load_model", "03_data", "04_rewards", "05_train", "06_evaluate_and_save"]
-# Every lesson, the memory lab included: badge, parameters and the shared setup cell (07 runs in its own test).
+EXPECTED = ["01_setup", "02_load_model", "03_data", "04_rewards", "05_train", "06_evaluate_and_save", "07_memory_lab",
+            "08_grpo_step", "09_capstone"]
+# Every lesson's notebook; 07 and 08 run top to bottom in their own test files (test_memory_lab_notebook, test_grpo_step).
 ALL_LESSONS = sorted(NOTEBOOK_DIR.glob("0[1-9]*.ipynb"))
 REQUIRED_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "MAX_STEPS", "EVAL_SIZE", "RUN_DIR")
 
@@ -61,11 +62,12 @@ def _markdown(nb) -> str:
 # ------------------------------------------------------------------------------------------- fast: structure
 
 
-def test_the_six_notebooks_exist():
-    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+def test_the_nine_notebooks_exist_one_per_lesson():
+    assert [p.stem for p in ALL_LESSONS] == EXPECTED
+    assert [p.stem for p in sorted((ROOT / "lessons").glob("0[1-9]_*.py"))] == EXPECTED
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_committed_without_outputs(path):
     nb = _read(path)
     nbformat.validate(nb)
@@ -99,7 +101,7 @@ def test_parameters_cell_then_one_setup_cell(path):
     for name in SETUP_CELL_PARAMETERS:
         assert re.search(rf"^{name}\s*=", params.source, re.M), f"the setup cell reads {name}; define it"
     lesson = re.search(r'^LESSON\s*=\s*"([^"]+)"', params.source, re.M)
-    assert lesson and lesson.group(1) == path.stem, "LESSON names this notebook (helpers.notebook_setup.LESSONS)"
+    assert lesson and lesson.group(1) == path.stem, "LESSON names this notebook (helpers.colab.LESSONS)"
     # what LESSON does (a T4 lesson refuses a CPU runtime, the others run there): tests/test_colab_emulation.py
 
 
@@ -112,7 +114,7 @@ def test_setup_cell_is_the_shared_one_everywhere():
     assert len(SETUP_CELL.splitlines()) <= 18, "keep the setup cell tiny: logic belongs in helpers/notebook_setup.py"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_ends_with_recap_and_exercises(path):
     last = _read(path).cells[-1]
     assert last.cell_type == "markdown"
@@ -234,18 +236,18 @@ def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
     assert "pipeline.check_config(state, config)" in code  # the written-out config cannot drift from the preset
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_has_self_check_exercises(path):
     nb = _read(path)
     solutions = [i for i, c in enumerate(nb.cells) if "solution" in c.metadata.get("tags", [])]
     assert solutions, "every notebook has at least one exercise with a self-check"
     for i in solutions:
-        lines = nb.cells[i].source.splitlines()
+        lines = [x for x in nb.cells[i].source.splitlines() if not x.startswith("%%")]  # 09: %%writefile {SCRIPT}
         assert re.match(r"# Exercise [\d.]+: \S", lines[0]) and lines[1] == "# SOLUTION"
         assert ".check(" in nb.cells[i + 1].source, "the cell after a solution checks it"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))
 def test_kernel_is_python3(path):
     assert _read(path).metadata["kernelspec"]["name"] == "python3"
 

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from helpers.memory import MemorySettings, estimate
-from helpers.memory.oom_doctor import COST_RANK, apply_fixes, cheapest_fixes, explain_oom, is_oom_error, oom_advice
+from helpers.memory.oom_doctor import COST_RANK, cheapest_fixes, explain_oom, is_oom_error, oom_advice
 from helpers.config import get_preset, validate
 
 TOO_BIG = dict(gpu_memory_utilization=0.9, num_generations=8, per_device_train_batch_size=8,
                max_completion_length=1024, max_seq_length=1536, optim="adamw_torch", gradient_checkpointing=False)
+
+
+def apply_fixes(preset, fixes):
+    """The preset (or MemorySettings) with every fix and its companion changes applied, as the advice tells a user."""
+    changes = {}
+    for f in fixes:
+        changes[f.setting] = f.suggested
+        changes.update({k: v[1] for k, v in f.also.items()})
+    return replace(preset, **changes) if isinstance(preset, MemorySettings) else preset.with_overrides(**changes)
 
 
 def test_fixes_make_a_non_fitting_preset_fit():

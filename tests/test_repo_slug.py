@@ -31,11 +31,9 @@ def test_each_badge_opens_its_own_notebook():
             assert target == path.relative_to(ROOT).as_posix(), f"{path.name}'s badge opens {target}"
 
 
-def test_setup_cell_and_badge_helper_use_the_slug():
+def test_setup_cell_uses_the_slug():
     assert f"https://github.com/{notebook_setup.REPO_SLUG}" in notebook_setup.SETUP_CELL
     assert set_repo.slug_mentions(notebook_setup.SETUP_CELL) == [notebook_setup.REPO_SLUG]
-    badge = notebook_setup.colab_badge("notebooks/07_memory_lab.ipynb")
-    assert set_repo.slug_mentions(badge) == [notebook_setup.REPO_SLUG] and badge.endswith("notebooks/07_memory_lab.ipynb)")
 
 
 def test_set_repo_rewrites_every_mention_and_nothing_else(tmp_path):

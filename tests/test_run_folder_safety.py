@@ -155,6 +155,28 @@ def test_a_run_that_trained_keeps_refusing_other_settings(tmp_path):
     assert (run / "config.json").exists()
 
 
+def test_a_run_whose_config_json_says_backend_as_text_resumes(tmp_path, capsys):
+    """Before helpers.backend, Preset.backend was plain text and config.json held "backend": "cpu"; the Backend type
+    writes the same text, so the same command resumes a run started before it (helpers.evaluate reads it back)."""
+    from helpers.backend import Backend
+    from helpers.evaluate import preset_from_run
+
+    run = tmp_path / "run"
+    first = pipeline.start(get_preset("cpu", max_steps=4), pipeline.RunOptions(run_dir=run))
+    first.folder.release()
+    assert '"backend": "cpu",' in (run / "config.json").read_text()
+    older = dict(json.loads((run / "config.json").read_text()), backend="cpu")  # as the kit wrote it: plain text
+    (run / "config.json").write_text(json.dumps(older, indent=2))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2)))
+    for step in (1, 2):
+        make_checkpoint(first.folder.checkpoint_dir, step)
+    again = pipeline.start(get_preset("cpu", max_steps=4), pipeline.RunOptions(run_dir=run))
+    again.folder.release()
+    assert again.folder.continuing and again.folder.resume_from.step == 2
+    assert "resuming from step 2" in capsys.readouterr().out
+    assert preset_from_run(run).backend is Backend.CPU and preset_from_run(run) == get_preset("cpu", max_steps=4)
+
+
 @pytest.mark.parametrize("max_steps, shown", [(1, True), (2, True), (3, False)])
 def test_the_finished_run_rule_is_the_one_the_command_line_and_the_notebook_apply(tmp_path, max_steps, shown):
     """folder.finished_summary (course.train_run shows what it returns) and plan_run_folder (the CLI) decide alike: a

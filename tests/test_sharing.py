@@ -77,13 +77,14 @@ def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained
     weights (matrices rounded to F16, norms F32), so the file computes the merged model's logits and answers; the
     tokenizer and chat template are the embedded model's own GGUF metadata, unchanged."""
     import gguf
+    from transformers import AutoModelForCausalLM
 
     from helpers.model import embedded_gguf_path
 
     model, tokenizer = trained
     folder = sharing.export_gguf_cpu(model, tmp_path / "gguf", PRESET)
     [file] = folder.glob("*.gguf")
-    loaded, _ = sharing.load_gguf(folder)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file.name)  # plain transformers, dequantized
     merged = copy.deepcopy(model).merge_and_unload().float()
     expected = {n: (t.half().float() if t.ndim == 2 else t) for n, t in merged.state_dict().items()}
     got = loaded.state_dict()

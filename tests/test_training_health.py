@@ -89,7 +89,7 @@ def test_the_dashboard_shows_the_bad_step_as_a_warning():
 def _trainer(tmp_path, reward, **config):
     trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2, reward, **{
         "max_steps": 4, "num_iterations": 2, "save_strategy": "steps", "save_steps": 1, **config})
-    health = TrainingHealth(tmp_path, say=lambda m: print(f"[grpo-kit] {m}"))
+    health = TrainingHealth(tmp_path)  # its lines go through helpers.messages, onto stdout
     trainer.add_callback(health)
     trl_patches.install_trainer_patches(trainer)
     return trainer

@@ -139,7 +139,7 @@ def preset_load_dtype(preset) -> str:
     load_in_4bit NF4; otherwise 16 bits (Unsloth's dtype=None picks bf16, or fp16 on a T4; trl-vllm asks for bf16)."""
     if preset.load_in_4bit:
         return "4bit"
-    return "32bit" if preset.backend == "cpu" else "16bit"
+    return "32bit" if preset.backend.is_cpu else "16bit"
 
 
 def settings_from_preset(preset) -> MemorySettings:
@@ -150,7 +150,7 @@ def settings_from_preset(preset) -> MemorySettings:
     loss. Standby is off: the kit always turns it off (helpers.runtime.UNSLOTH_ENV); `standby=True` asks what it would
     change.
     """
-    cpu = preset.backend == "cpu"
+    cpu = preset.backend.is_cpu
     return MemorySettings(
         model=preset.model_name,
         load_dtype=preset_load_dtype(preset),
@@ -167,8 +167,8 @@ def settings_from_preset(preset) -> MemorySettings:
         engine="vllm" if preset.fast_inference else "hf",
         gpu_memory_utilization=preset.gpu_memory_utilization,
         standby=False,
-        chunked_logits=preset.backend == "unsloth",
-        offload_checkpoints=preset.backend == "unsloth" and preset.gradient_checkpointing,
+        chunked_logits=preset.backend.uses_unsloth,
+        offload_checkpoints=preset.backend.uses_unsloth and preset.gradient_checkpointing,
         compute_dtype_bytes=4 if cpu else 2,
     )
 

@@ -164,17 +164,6 @@ def cheapest_fixes(preset, budget_gb: float, gpu="t4") -> list[Fix]:
     return fixes
 
 
-def apply_fixes(preset, fixes: list[Fix]):
-    """The preset (or MemorySettings) with every fix applied."""
-    changes = {}
-    for f in fixes:
-        changes[f.setting] = f.suggested
-        changes.update({k: v[1] for k, v in f.also.items()})
-    if isinstance(preset, MemorySettings):
-        return replace(preset, **changes)
-    return preset.with_overrides(**changes)
-
-
 def _chain(exc):
     seen = set()
     while exc is not None and id(exc) not in seen:

@@ -197,7 +197,7 @@ def scale_out_settings(preset_or_name):
     """
     preset = get_preset(preset_or_name) if isinstance(preset_or_name, str) else preset_or_name
     s = settings_from_preset(preset)
-    if preset.backend != "trl-vllm":
+    if not preset.backend.uses_trl_vllm:
         return s
     if preset.vllm_mode == "colocate":
         return replace(s, engine="vllm", gpu_memory_utilization=preset.gpu_memory_utilization,

@@ -33,6 +33,7 @@ from peft import set_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import TrainerCallback, TrainerState
 
+from helpers.messages import say
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
 CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
@@ -42,11 +43,6 @@ TRAINER_SUBDIR = "trainer"  # the Trainer's output_dir inside a run folder (chec
 # Weights a checkpoint may hold: a LoRA adapter (the kit), or a whole model (full fine-tuning).
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors", "pytorch_model.bin",
                 "model.safetensors.index.json")
-
-
-def say(message: str) -> None:
-    """How the kit's run messages look (checkpoints, resume, overwrite): one prefixed line, flushed."""
-    print(f"[grpo-kit] {message}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------- where

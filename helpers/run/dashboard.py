@@ -34,6 +34,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from helpers import messages
 from helpers.run.health import bad_values
 from helpers.run.trl_patches import latest_batch_logs, one_line_per_step
 from helpers.runtime import in_notebook
@@ -212,14 +213,6 @@ def samples_html(samples: list[dict]) -> str:
             + "".join(rows) + "</table>")
 
 
-def samples_text(samples: list[dict], width: int = 160) -> str:
-    lines = []
-    for s in samples:
-        per = ", ".join(f"{n.replace('_reward', '')} {_fmt(v, '.2f')}" for n, v in s["rewards"].items())
-        lines.append(f"  reward {_fmt(s['total'], '.2f')} [{per}]: {s['completion'].strip()[:width]!r}")
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------ figure
 
 
@@ -317,7 +310,7 @@ class TrainingDashboard(TrainerCallback):
 
     def __init__(self, run_dir=None, mode: str = "auto", png_every: int = 5, rules: WarningRules = WarningRules(),
                  max_completion_length: int | None = None, history: list[dict] | None = None, n_samples: int = 4,
-                 title: str = "GRPO training", say=None, verbose: bool = False):
+                 title: str = "GRPO training", verbose: bool = False):
         if mode not in ("auto", "notebook", "headless"):
             raise ValueError(f"mode={mode!r}: use 'auto', 'notebook' or 'headless'")
         self.notebook = in_notebook() if mode == "auto" else mode == "notebook"
@@ -330,7 +323,6 @@ class TrainingDashboard(TrainerCallback):
         self.trainer = None
         self._handles = None
         self._no_samples_said = False
-        self.say = say or (lambda m: print(f"[grpo-kit] {m}", flush=True))
         self.verbose = verbose  # False: this one line per step replaces transformers' dict (trl_patches)
 
     def attach(self, trainer):
@@ -351,8 +343,8 @@ class TrainingDashboard(TrainerCallback):
         if logs is None or "completion" not in logs:
             if self.trainer is not None and not self._no_samples_said:
                 self._no_samples_said = True
-                self.say("this TRL version does not expose the sampled completions to callbacks; "
-                         "the dashboard shows curves only")
+                messages.say("this TRL version does not expose the sampled completions to callbacks; "
+                             "the dashboard shows curves only")
             return []
         weights = getattr(self.trainer, "reward_weights", None)
         try:
@@ -371,9 +363,9 @@ class TrainingDashboard(TrainerCallback):
         if self.notebook:
             self._show_notebook(max_steps)
         else:
-            print(f"[grpo-kit] {step_line(row, max_steps)}", flush=True)
+            messages.say(step_line(row, max_steps))
             for w in new:
-                print(f"[grpo-kit] WARNING (step {w.step}): {w.message}", flush=True)
+                messages.warn(f"WARNING (step {w.step}): {w.message}")
             if self.run_dir is not None and row.get("step", 0) % self.png_every == 0:
                 self.write_files()
         return new

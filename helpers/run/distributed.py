@@ -34,6 +34,8 @@ from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
 from transformers.integrations import is_deepspeed_zero3_enabled
 
+from helpers.messages import say
+
 RANK_MARKERS_ENV = "GRPO_KIT_RANK_MARKERS"
 
 
@@ -120,7 +122,7 @@ def save_adapter_once(trainer, model, tokenizer, path: Path, save, info: Process
     elif info.is_main:
         save(model, tokenizer, path)
     if info.is_main:
-        print(f"[grpo-kit] process {info.rank} of {info.world_size}: adapter written to {path}")
+        say(f"process {info.rank} of {info.world_size}: adapter written to {path}")
     wait_for_everyone(info)
     return path
 

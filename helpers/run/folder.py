@@ -20,6 +20,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from helpers.config import Preset
+from helpers.messages import say
 from helpers.run import checkpoints as ck
 
 
@@ -129,8 +130,8 @@ def _acquire(path: Path) -> FileLock:
         ) from None
     earlier = _holder(info)
     if earlier.get("pid") and not (earlier.get("pid") == os.getpid() and earlier.get("host") == socket.gethostname()):
-        ck.say(f"cleared a stale lock on {path.parent}: process {earlier['pid']} on {earlier.get('host')} (started "
-               f"{earlier.get('started')}) is no longer running")
+        say(f"cleared a stale lock on {path.parent}: process {earlier['pid']} on {earlier.get('host')} (started "
+            f"{earlier.get('started')}) is no longer running")
     info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                 "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}))
@@ -284,8 +285,8 @@ def _plan(run_dir: Path, ckpt_dir: Path, overwrite: bool, resume: bool | None, c
     if overwrite:
         old = _results(run_dir, ckpt_dir)
         if old:
-            ck.say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)}): removing "
-                   f"{', '.join(_named(p, run_dir) for p in old)} before anything new is written")
+            say(f"--overwrite: replacing the earlier run in {run_dir} ({', '.join(earlier)}): removing "
+                f"{', '.join(_named(p, run_dir) for p in old)} before anything new is written")
         remove_results(run_dir, ckpt_dir)
         return RunFolder(run_dir, ckpt_dir)
     if (run_dir / SUMMARY_FILE).exists():
@@ -301,8 +302,8 @@ def _plan(run_dir: Path, ckpt_dir: Path, overwrite: bool, resume: bool | None, c
         )
     diff = _recipe_differences(run_dir, ckpt_dir, earlier, config)
     if diff and not resume and not ckpts and not _metrics_rows(run_dir):
-        ck.say(f"{run_dir} holds a run that stopped before its first step (no checkpoint, no metrics) with other "
-               f"settings ({'; '.join(diff)}): starting it afresh with this command's settings")
+        say(f"{run_dir} holds a run that stopped before its first step (no checkpoint, no metrics) with other "
+            f"settings ({'; '.join(diff)}): starting it afresh with this command's settings")
         remove_results(run_dir, ckpt_dir)
         return RunFolder(run_dir, ckpt_dir)
     if diff:
@@ -347,12 +348,12 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
             "--save-steps 0, or the checkpoint was removed), so it cannot be continued. Fix: choose a new --run-dir, "
             "or pass --overwrite to train from step 0."
         )
-    ck.say(f"the finished run in {run_dir} took {finished} steps and max_steps is now {wanted}: continuing it")
+    say(f"the finished run in {run_dir} took {finished} steps and max_steps is now {wanted}: continuing it")
     for name in (SUMMARY_FILE, "eval.json"):
         if (run_dir / name).exists():
             kept = run_dir / f"{Path(name).stem}-step-{finished}.json"
             (run_dir / name).replace(kept)
-            ck.say(f"{name} of the first {finished} steps kept as {kept.name}")
+            say(f"{name} of the first {finished} steps kept as {kept.name}")
     return _continue(run_dir, ckpt_dir, ckpts, wanted)
 
 
@@ -401,12 +402,12 @@ def _continue(run_dir: Path, ckpt_dir: Path, ckpts: list, max_steps: int | None)
     step = latest.step if latest is not None else 0
     done = latest is not None and max_steps is not None and step >= max_steps
     if done:
-        ck.say(f"{latest.path.name} already reached max_steps={max_steps}: the run stopped after training (e.g. "
-               "during the final evaluation). Not training again: going straight to the final evaluation")
+        say(f"{latest.path.name} already reached max_steps={max_steps}: the run stopped after training (e.g. "
+            "during the final evaluation). Not training again: going straight to the final evaluation")
     elif latest is not None:
-        ck.say(f"resuming from step {step} ({latest.path})")
+        say(f"resuming from step {step} ({latest.path})")
     else:
-        ck.say("this run stopped before its first complete checkpoint: continuing it from step 0")
+        say("this run stopped before its first complete checkpoint: continuing it from step 0")
     ck.trim_metrics(run_dir / "metrics.jsonl", step)
     return RunFolder(run_dir, ckpt_dir, latest, continuing=True, training_done=done)
 

@@ -54,7 +54,7 @@ def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_
     validate(preset, runtime, num_processes=num_processes)
     if options is not None:
         validate_options(options, runtime)
-    want_gpu = preset.backend == "unsloth"
+    want_gpu = preset.backend.uses_unsloth  # rt.check then also asks for Unsloth and vLLM
     warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     rt.start_gpu_process(preset.backend)  # Unsloth before TRL (which a reward module may import)
     if want_gpu and preset.fast_inference and (reason := rt.vllm_disabled_reason()):

@@ -26,6 +26,8 @@ import math
 
 from transformers import TrainerCallback
 
+from helpers.messages import warn
+
 WATCHED = ("loss", "grad_norm", "reward")
 FP16_SKIPS = 5  # fp16: this many overflowing gradients in a row stop the run (one now and then is the scaler's job)
 FINISHED = "finished"
@@ -92,14 +94,14 @@ def reward_problem(name: str, values, n: int) -> str | None:
 
 class TrainingHealth(TrainerCallback):
     """Stop the run at the first step that logs NaN/inf or whose reward functions returned unusable values; see
-    the module docstring. say: where the [grpo-kit] line goes (print). checkpoint_dir: named in the message."""
+    the module docstring. say: where its lines go (helpers.messages.warn). checkpoint_dir: named in the message."""
 
     def __init__(self, checkpoint_dir=None, say=None):
         self.checkpoint_dir = checkpoint_dir
         self.problem: str | None = None  # the status once stopped: "grad_norm is nan at step 3. ... Fix: ..."
         self.pending: list[str] = []  # reward problems seen during the step in progress
         self.fp16_skips = 0  # consecutive logs whose only bad value is grad_norm, under fp16
-        self.say = say or (lambda m: print(f"[grpo-kit] {m}", flush=True))
+        self.say = say or warn
 
     def status(self) -> str:
         return FINISHED if self.problem is None else f"stopped: {self.problem}"

@@ -31,6 +31,7 @@ from helpers.config import Preset, PresetError, build_grpo_config
 from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after, save_before, summary_of,
                                 write_eval, write_samples)
 from helpers.memory.monitor import MemoryMonitor
+from helpers.messages import say
 from helpers.memory.oom_doctor import oom_advice
 from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
 from helpers.run import checkpoints as ck
@@ -131,15 +132,15 @@ def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, 
     state.folder = on_main_then_share(lambda: plan_run_folder(run_dir, preset.name, options.overwrite,
                                                               resume=options.resume, checkpoint_dir=checkpoint_dir,
                                                               config=config),
-                                      cpu=preset.backend == "cpu")
-    print(f"[grpo-kit] {runtime.describe()}")
-    print(f"[grpo-kit] preset {preset.name}: {preset.description}")
-    print(f"[grpo-kit] rewards: {', '.join(config['reward_funcs'])}")
+                                      cpu=preset.backend.is_cpu)
+    say(runtime.describe())
+    say(f"preset {preset.name}: {preset.description}")
+    say(f"rewards: {', '.join(config['reward_funcs'])}")
     if dist.is_main:
         write_config(state.folder, config, state.save_steps)
     if state.save_steps and dist.is_main:
-        print(f"[grpo-kit] a checkpoint every {state.save_steps} steps in {state.folder.checkpoint_dir} (the last "
-              f"{options.keep} kept); run the same command again to resume after an interruption")
+        say(f"a checkpoint every {state.save_steps} steps in {state.folder.checkpoint_dir} (the last "
+            f"{options.keep} kept); run the same command again to resume after an interruption")
     return state
 
 
@@ -153,8 +154,8 @@ def load_model(state: RunState):
 def load_data(state: RunState):
     """Step 3: (training Dataset, held-out rows); prompts longer than max_prompt_length are dropped."""
     train_dataset, heldout, dropped = build_datasets(state.preset, state.tokenizer)
-    print(f"[grpo-kit] {len(train_dataset)} training prompts ({dropped} dropped as longer than "
-          f"{state.preset.max_prompt_length} tokens), {len(heldout)} held-out questions")
+    say(f"{len(train_dataset)} training prompts ({dropped} dropped as longer than "
+        f"{state.preset.max_prompt_length} tokens), {len(heldout)} held-out questions")
     return train_dataset, heldout
 
 
@@ -166,15 +167,15 @@ def evaluate_before(state: RunState, heldout) -> dict | None:
     if not state.dist.is_main:
         return None  # several processes: process 0 evaluates and writes; the others go straight to training
     if before is None:
-        print("[grpo-kit] evaluating before training ...")
+        say("evaluating before training ...")
         before = evaluate(state.model, state.tokenizer, heldout, state.preset)
         save_before(state.run_dir / "before.json", before, state.preset)
         if state.save_steps and not checkpoints_inside(folder):
             shutil.copy2(state.run_dir / "before.json", folder.checkpoint_dir / "before.json")
     else:
-        print("[grpo-kit] before: reusing before.json from the first start (not re-evaluated with a partly trained "
-              "adapter)")
-    print(f"[grpo-kit] before: accuracy {before['accuracy']:.2f}, format {before['format_rate']:.2f}")
+        say("before: reusing before.json from the first start (not re-evaluated with a partly trained "
+            "adapter)")
+    say(f"before: accuracy {before['accuracy']:.2f}, format {before['format_rate']:.2f}")
     return before
 
 
@@ -257,8 +258,8 @@ def training(state: RunState, trainer):
         with oom_advice(state.preset, gpu=state.gpu):
             yield
     except KeyboardInterrupt:
-        ck.say(f"interrupted at step {trainer.state.global_step}. To resume, run {ck.same_command()} again: it "
-               f"{ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}")
+        say(f"interrupted at step {trainer.state.global_step}. To resume, run {ck.same_command()} again: it "
+            f"{ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}")
         raise
     except (OSError, RuntimeError) as err:
         if not ck.disk_full(err):
@@ -288,10 +289,10 @@ def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
     if state.dist.distributed and zero3_active():
         # the trained weights are sharded across the processes: evaluate a fresh copy with the saved adapter
         model, _ = load_trl_vllm(state.preset, adapter_path=adapter)
-    print("[grpo-kit] evaluating after training ...")
+    say("evaluating after training ...")
     after = evaluate(model, state.tokenizer, heldout, state.preset,
-                     lora_path=adapter if state.preset.backend == "unsloth" else None)
-    print(f"[grpo-kit] after: accuracy {after['accuracy']:.2f}, format {after['format_rate']:.2f}")
+                     lora_path=adapter if state.preset.backend.uses_unsloth else None)
+    say(f"after: accuracy {after['accuracy']:.2f}, format {after['format_rate']:.2f}")
     return after
 
 
@@ -305,7 +306,7 @@ def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
         plot_rewards(rows, state.run_dir / "reward_curve.png", title=f"GRPO on {state.preset.model_name}")
     except ValueError:
         pass  # no step logged a finite reward: nothing to plot
-    summary = {"preset": state.preset.name, "model": state.preset.model_name, "backend": state.preset.backend,
+    summary = {"preset": state.preset.name, "model": state.preset.model_name, "backend": state.preset.backend.value,
                "status": status, "steps": trainer.state.global_step,
                "wall_seconds": round(time.time() - state.started, 1),
                "train_seconds": round(_train_seconds(trainer), 1), "before": summary_of(before) if before else None,
@@ -313,8 +314,8 @@ def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
                "time": summarize_step_times(rows)}
     (state.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     state.folder.release()
-    print(f"[grpo-kit] the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
-          "evaluation after training was run)")
+    say(f"the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
+        "evaluation after training was run)")
     return summary
 
 
@@ -336,7 +337,7 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     summary = {
         "preset": preset.name,
         "model": preset.model_name,
-        "backend": preset.backend,
+        "backend": preset.backend.value,
         "status": status,
         "steps": trainer.state.global_step,
         "wall_seconds": round(time.time() - state.started, 1),
@@ -350,15 +351,15 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     pass_k = None
     if state.options.pass_k_samples:
         k = state.options.pass_k_samples
-        print(f"[grpo-kit] sampled pass@k with {k} samples per question, before and after ...")
+        say(f"sampled pass@k with {k} samples per question, before and after ...")
         pass_k = pass_at_k_before_after(state.model, state.tokenizer, heldout, preset, n=k, adapter_path=adapter)
     write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
     if state.folder.resume_from is not None:
         summary["resumed_from_step"] = state.folder.resume_from.step
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     state.folder.release()  # the run is over: the folder may be used by another process
-    print(f"[grpo-kit] results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
-          "samples.jsonl, adapter/")
+    say(f"results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
+        "samples.jsonl, adapter/")
     return summary
 
 

@@ -44,6 +44,7 @@ import types
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from helpers.cpu_compat import Bf16Sampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
+from helpers.messages import say
 from helpers.model import generate_shared_prefix, merged_lora
 from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
 
@@ -75,8 +76,8 @@ def install_trainer_patches(trainer, preset=None) -> None:
         patch_trl_for_cpu()
         bf16_sampling = bool(preset and preset.cpu_bf16_sampling)
         if bf16_sampling and not cpu_has_native_bf16():
-            print("[grpo-kit] cpu_bf16_sampling: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is "
-                  "slower than fp32; sampling in fp32 instead")
+            say("cpu_bf16_sampling: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is "
+                "slower than fp32; sampling in fp32 instead")
             bf16_sampling = False
         speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
     for callback in list(trainer.callback_handler.callbacks):  # TrainingHealth, TrainingDashboard: their own part
@@ -87,7 +88,7 @@ def install_trainer_patches(trainer, preset=None) -> None:
         try:
             StepTimer().attach(trainer)
         except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
-            print(f"[grpo-kit] step timing is off for this trainer: {err}")
+            say(f"step timing is off for this trainer: {err}")
 
 
 class BarOnlyProgress(ProgressCallback):

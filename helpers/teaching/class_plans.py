@@ -51,7 +51,7 @@ class Block:
     """One block of a plan: `minutes` long (0: homework), one notebook on one runtime, what to type, what to do."""
 
     minutes: int
-    notebook: str | None  # a key of helpers.notebook_setup.LESSONS; None for a break or a recap
+    notebook: str | None  # a key of helpers.colab.LESSONS; None for a break or a recap
     runtime: str | None   # T4 or CPU (the Colab runtime its badge opens); None without a notebook
     step: str             # one of STEPS
     does: str             # what the instructor does and says

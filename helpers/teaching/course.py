@@ -23,6 +23,7 @@ from helpers import runtime as rt
 from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_preset, precision_flags
 from helpers.data import heldout_questions
 from helpers.memory.monitor import process_rss_gb
+from helpers.messages import say
 from helpers.model import ModelSetupError, embedded_gguf_path, generate
 from helpers.run.guard import need_free_gb
 from helpers.teaching.exercises.registry import number as exercise_number
@@ -47,12 +48,12 @@ def environment_report(kit) -> dict:
             versions[name] = None
     report = {
         "runtime": kit.runtime.describe(),
-        "backend": kit.preset.backend,
+        "backend": kit.preset.backend.value,
         "preset": kit.preset.name,
         "model": kit.preset.model_name,
         "versions": versions,
     }
-    if kit.preset.backend == "cpu":
+    if kit.preset.backend.is_cpu:
         try:
             report["embedded_model"] = str(embedded_gguf_path())
         except ModelSetupError as err:
@@ -229,19 +230,19 @@ def save_rewards(funcs, run_dir) -> Path | None:
     sources = []
     for fn in funcs:
         if not callable(fn):
-            print(f"[grpo-kit] not saved: {fn!r} is not a function (answer the exercise first)")
+            say(f"not saved: {fn!r} is not a function (answer the exercise first)")
             continue
         try:
             sources.append(inspect.getsource(fn).strip("\n"))
         except (OSError, TypeError) as err:
-            print(f"[grpo-kit] cannot read the source of {getattr(fn, '__name__', fn)!r} ({err}); not saved")
+            say(f"cannot read the source of {getattr(fn, '__name__', fn)!r} ({err}); not saved")
     if not sources:
         return None
     path = Path(run_dir) / REWARD_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
-    print(f"[grpo-kit] saved {len(sources)} reward function(s) to {path}: 05 adds them to training when its "
-          f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if sharing.on_drive(path) else ""))
+    say(f"saved {len(sources)} reward function(s) to {path}: 05 adds them to training when its "
+        f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if sharing.on_drive(path) else ""))
     return path
 
 
@@ -254,13 +255,13 @@ def load_rewards(run_dir) -> list:
     path = Path(run_dir) / REWARD_FILE
     if not path.is_file():
         where = "on Google Drive" if sharing.on_drive(path) else "on this runtime's disk"
-        print(f"[grpo-kit] no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
-              f"yours: run 04 to its exercise {exercise_number('brevity_reward')} with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
-              "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
-              "then run this cell again.")
+        say(f"no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
+            f"yours: run 04 to its exercise {exercise_number('brevity_reward')} with RUN_DIR = {Path(run_dir).name!r} (on Colab with USE_DRIVE = None "
+            "in 04 and here: both then use Drive), or upload your my_rewards.py into that folder (Files pane), "
+            "then run this cell again.")
         return []
     funcs = load_reward_functions(path, again="run this cell again")
-    print(f"[grpo-kit] your rewards from {path}: {', '.join(f.__name__ for f in funcs) or 'none'}")
+    say(f"your rewards from {path}: {', '.join(f.__name__ for f in funcs) or 'none'}")
     return funcs
 
 
@@ -317,9 +318,9 @@ def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None
     preset = kit.preset.with_overrides(**changes) if changes else kit.preset
     finished = None if overwrite else finished_summary(target, preset.max_steps)
     if finished is not None:
-        print(f"[grpo-kit] {target} already holds a finished run: showing it instead of training again. To train "
-              "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "
-              "RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
+        say(f"{target} already holds a finished run: showing it instead of training again. To train "
+            "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "
+            "RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
         return finished
     given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
     options = pipeline.RunOptions(run_dir=target, overwrite=overwrite,
@@ -379,8 +380,8 @@ def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4, run_dir=None):
 
     run_dir = Path(run_dir or kit.run_dir)
     steps = min(steps, kit.preset.max_steps)
-    print(f"[grpo-kit] TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) into {run_dir} now; it shows the "
-          "mechanics, not a trained model.")
+    say(f"TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) into {run_dir} now; it shows the "
+        "mechanics, not a trained model.")
     preset = kit.preset.with_overrides(max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
     state = pipeline.run(preset, pipeline.RunOptions(run_dir=run_dir))
     adapter = run_dir / "adapter"
@@ -427,7 +428,7 @@ def adapter_for_this_runtime(kit, staged=None, train_if_missing: bool = True):
                        "trained on (PRESET = None picks the t4 preset there)." if is_adapter(run_adapter) else "")
             raise AdapterMissing(f"{found}. {missing} Or set TRAIN_IF_MISSING = True: a tiny run in {local} (about "
                                  f"a minute on a CPU).{t4_hint}") from None
-        print(f"[grpo-kit] {found}. {missing}")
+        say(f"{found}. {missing}")
     adapter, model, tokenizer = train_tiny_adapter(kit, run_dir=local)
     return adapter, local, model, tokenizer
 
@@ -436,8 +437,8 @@ def show_run(run: dict | None, kit) -> None:
     """What RUN_DIR's finished run measured when it was trained (helpers.evaluation.read_run: its files, no model
     loaded), and whether this runtime evaluates that run itself or another one below."""
     if run is None:
-        print(f"[grpo-kit] {kit.run_dir} holds no finished run (no summary.json): nothing to show from 05. Below, "
-              "this notebook evaluates the adapter it finds, or trains a tiny run.")
+        say(f"{kit.run_dir} holds no finished run (no summary.json): nothing to show from 05. Below, "
+            "this notebook evaluates the adapter it finds, or trains a tiny run.")
         return
     s, b, a = run["summary"], run["before"], run["after"]
     print(f"The run in {run['run_dir']}, read from its files (no model loaded):")

@@ -287,26 +287,6 @@ def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_typ
             "clipped": ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + high) & (adv > 0))}
 
 
-def group_batch(tokenizer, prompt, completions) -> dict:
-    """The tensors TRL's loss reads for one group: the prompt (chat template applied) repeated once per completion,
-    the completions' token ids right-padded, and their mask."""
-    import torch
-
-    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    ids = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in completions]
-    width = max([len(x) for x in ids] + [1])
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    completion_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-    completion_mask = torch.zeros((len(ids), width), dtype=torch.long)
-    for i, x in enumerate(ids):
-        completion_ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
-        completion_mask[i, : len(x)] = 1
-    n = len(ids)
-    return {"prompt_ids": prompt_ids.repeat(n, 1), "prompt_mask": torch.ones_like(prompt_ids).repeat(n, 1),
-            "completion_ids": completion_ids, "completion_mask": completion_mask}
-
-
 def completion_logps(model, batch, temperature: float = 1.0):
     """log p(token | everything before it) for every completion token, as TRL computes it (logits / temperature)."""
     import torch

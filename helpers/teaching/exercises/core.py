@@ -152,11 +152,6 @@ def numbered(namespace: dict):
     return __getattr__, __dir__
 
 
-def exercises_of(module) -> dict[str, Exercise]:
-    """{qid: Exercise} of a lesson module, in the lesson's order."""
-    return {entry["qid"]: getattr(module, entry["qid"]) for entry in registry.load()[module.LESSON]["exercises"]}
-
-
 def blanks_left(fn) -> int:
     """How many `...` of a partial scaffold (scripts/make_student_notebooks.py) are still in a function's code: a
     blank is not a wrong answer, and running it would only fail somewhere inside TRL."""
