@@ -100,13 +100,15 @@ def plot_rewards(rows: list[dict], path, title: str = "GRPO reward per step") ->
     if steps:
         top.plot(steps, values, marker="o", color="black", label="total reward")
     top.set_ylabel("mean reward")
-    top.legend(loc="lower right")
+    if steps:
+        top.legend(loc="lower right")
     top.set_title(title)
     for name, (s, v) in sorted(series.items()):
         bottom.plot(s, v, marker=".", label=name)
     bottom.set_xlabel("step")
     bottom.set_ylabel("mean reward per function")
-    bottom.legend(fontsize=8, loc="best")
+    if series:  # a run stopped at its first step may have logged the total only
+        bottom.legend(fontsize=8, loc="best")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
