@@ -398,3 +398,30 @@ def test_a_tilde_run_dir_and_a_truncated_summary_on_the_command_line(tmp_path):
     assert f"{run / 'summary.json'} is unreadable" in r.stderr and "--overwrite" in r.stderr
     assert not (ROOT / "~").exists()
     assert fo.resolve_run_dir("~/x", "cpu") == Path.home() / "x"
+
+
+def test_a_run_the_health_check_stopped_is_not_a_finished_run(tmp_path):
+    """Its summary.json says 'stopped: ...': the same command (or a larger max_steps) is refused with that status and
+    the fix, never 'a finished run' or 'finished without a checkpoint of that step'; the notebook reruns it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(CONFIG))
+    make_checkpoint(run / "trainer", 2)
+    status = "stopped: grad_norm is nan at step 3. Fix: lower the learning rate ..."
+    (run / "summary.json").write_text(json.dumps({"steps": 3, "status": status}))
+    for max_steps in (3, 10):
+        with pytest.raises(RunDirError, match=r"holds a run that stopped: grad_norm is nan at step 3.*--overwrite"):
+            plan_run_folder(run, "cpu", overwrite=False, config={**CONFIG, "max_steps": max_steps})
+    assert fo.finished_summary(run, 3) is None  # course.train_run trains instead of showing it as finished
+
+
+def test_a_checkpoint_without_an_adapter_at_max_steps_is_the_kits_error_not_a_traceback(tmp_path, monkeypatch):
+    ckpt = make_checkpoint(tmp_path / "trainer", 2)
+    (ckpt / "adapter_model.safetensors").unlink(missing_ok=True)
+    trainer = types.SimpleNamespace(model=None, state=None, train=lambda **k: pytest.fail("trained again"))
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", folder=fo.RunFolder(
+        tmp_path, tmp_path / "trainer", ck.list_checkpoints(tmp_path / "trainer")[0], continuing=True,
+        training_done=True))
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
+    with pytest.raises(RunDirError, match="adapter_model.safetensors"):
+        pipeline.train(state, trainer)

@@ -83,6 +83,14 @@ def test_the_dashboard_shows_the_bad_step_as_a_warning():
     assert not [w for w in training_warnings(rows[:1]) if w.kind == "bad_values"]
 
 
+def test_an_fp16_overflow_the_loss_scaler_skipped_is_no_dashboard_warning():
+    """On a T4 (fp16) an infinite grad_norm now and then is a skipped step, and training goes on
+    (helpers.run.health decides): the dashboard must not say the run stops, then or at a later step."""
+    rows = [{"step": 1, "grad_norm": math.inf, "loss": 0.1, "reward": 0.5}, {"step": 2, "grad_norm": 0.3, "reward": 0.6}]
+    assert not [w for w in training_warnings(rows[:1]) if w.kind == "bad_values"]
+    assert not [w for w in training_warnings(rows) if w.kind == "bad_values"]
+
+
 # ------------------------------------------------------------------------------------------ a real (tiny) trainer
 
 

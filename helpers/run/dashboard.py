@@ -117,14 +117,15 @@ def reward_collapse_warning(rows, rules: WarningRules = WarningRules()) -> Train
 
 
 def bad_values_warning(rows) -> TrainingWarning | None:
-    """NaN or infinity in a step's loss, grad_norm or rewards (helpers.run.health stops the run there)."""
-    for row in rows:
-        causes = bad_values(row)
-        if causes:
-            return TrainingWarning("bad_values", row.get("step"), (
-                f"Training went bad at step {row.get('step')}: {'; '.join(causes)}. The run stops here and keeps its "
-                "last good checkpoint; summary.json's status says what happened and the fix."))
-    return None
+    """NaN or infinity in the latest step's loss or rewards (helpers.run.health stops the run there). A non-finite
+    grad_norm alone is left to helpers.run.health, which knows whether fp16's loss scaler just skipped the step."""
+    row = rows[-1] if rows else {}
+    causes = [c for c in bad_values(row) if not c.startswith("grad_norm")]
+    if not causes:
+        return None
+    return TrainingWarning("bad_values", row.get("step"), (
+        f"Training went bad at step {row.get('step')}: {'; '.join(causes)}. The run stops here and keeps its "
+        "last good checkpoint; summary.json's status says what happened and the fix."))
 
 
 def training_warnings(rows, rules: WarningRules = WarningRules(), max_completion_length=None) -> list[TrainingWarning]:

@@ -104,13 +104,6 @@ def _holder(info: Path) -> dict:
         return {}
 
 
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
-
 
 def _acquire(path: Path) -> FileLock:
     """Take the flock at once or refuse, naming who holds it and what to do."""
@@ -185,7 +178,7 @@ def read_json(path: Path) -> dict:
 def _done(summary: dict, max_steps) -> bool:
     """The finished-run rule: a finished run is shown, not retrained, unless max_steps is now larger than the steps it
     took (then it continues from its last checkpoint)."""
-    return (max_steps or 0) <= summary.get("steps", 0)
+    return summary.get("status", "finished") == "finished" and (max_steps or 0) <= summary.get("steps", 0)
 
 
 def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
@@ -328,6 +321,11 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
     with the fix. Its summary.json and eval.json are kept beside the new ones as <name>-step-N.json."""
     summary = read_json(run_dir / SUMMARY_FILE)
     finished, wanted = summary.get("steps", 0), (config or {}).get("max_steps", 0)
+    if summary.get("status", "finished") != "finished":  # helpers.run.health stopped it: nothing good to continue
+        raise RunDirError(
+            f"--run-dir {run_dir} holds a run that {summary['status']}"
+            + ("" if "--overwrite" in summary["status"] else " Fix: rerun with --overwrite or a new --run-dir.")
+        )
     if resume is False or _done(summary, wanted):
         more = f", or raise --max-steps above {finished} to continue it" if resume is not False else ""
         raise RunDirError(

@@ -253,7 +253,10 @@ def training(state: RunState, trainer):
     disk while saving a checkpoint becomes a RunDirError with the fix."""
     prepare_trainer(trainer, state.preset)
     if state.folder.training_done:
-        ck.restore_trained(trainer, state.folder.resume_from.path)
+        try:
+            ck.restore_trained(trainer, state.folder.resume_from.path)
+        except ValueError as err:  # the checkpoint holds no usable adapter: the kit's error line, not a traceback
+            raise RunDirError(str(err)) from None
     try:
         with oom_advice(state.preset, gpu=state.gpu):
             yield
