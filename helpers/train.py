@@ -156,9 +156,10 @@ def _checked(argv):
             return 0
         # several processes under accelerate launch: the batch is checked against their count (WORLD_SIZE, as
         # helpers.run.distributed.process_info reads it; that module imports transformers)
-        guard.check_before_loading(preset, rt.detect(), num_processes=int(os.environ.get("WORLD_SIZE", 1)),
+        runtime = rt.detect()  # once: run_all gets it too
+        guard.check_before_loading(preset, runtime, num_processes=int(os.environ.get("WORLD_SIZE", 1)),
                                    options=options)  # on the GPU path this imports Unsloth, before TRL
-        return preset, options, resolve_rewards(options.rewards)
+        return preset, options, resolve_rewards(options.rewards), runtime
     except (PresetError, rt.RuntimeProblem) as err:
         return _refuse(err)
 
@@ -168,12 +169,12 @@ def main(argv=None) -> int:
         checked = _checked(argv)
         if isinstance(checked, int):
             return checked
-        preset, options, reward_funcs = checked
+        preset, options, reward_funcs, runtime = checked
         from helpers.run.folder import RunDirError  # these import transformers and TRL: after the checks above
         from helpers.run.pipeline import run_all
 
         try:
-            summary = run_all(preset, options, reward_funcs=reward_funcs)
+            summary = run_all(preset, options, reward_funcs=reward_funcs, runtime=runtime)
         except (PresetError, RunDirError, rt.RuntimeProblem) as err:
             return _refuse(err)
         return 0 if summary.get("status", "finished") == "finished" else 1  # stopped (NaN, bad rewards): exit 1

@@ -366,11 +366,11 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
     return summary
 
 
-def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> RunState:
+def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> RunState:
     """Every step in order; returns the run's state: state.summary, and state.model / state.tokenizer, the trained
     model. On a GPU that model holds this process's vLLM engine, the only one that fits: evaluate with it rather than
     loading the model again (helpers.model refuses a second engine)."""
-    state = start(preset, options, reward_funcs)
+    state = start(preset, options, reward_funcs, runtime=runtime)  # runtime: the CLI detected it already
     load_model(state)
     train_dataset, heldout = load_data(state)
     before = evaluate_before(state, heldout)
@@ -380,7 +380,7 @@ def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None) ->
     return state
 
 
-def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None) -> dict:
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> dict:
     """Every step in order, returning the summary: what `python -m helpers.train` does, and what notebook 05 does
     cell by cell."""
-    return run(preset, options, reward_funcs).summary
+    return run(preset, options, reward_funcs, runtime).summary
