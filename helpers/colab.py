@@ -287,3 +287,72 @@ def drive_run_dir(run_dir: str | os.PathLike, mount=None) -> Path:
     metrics, evaluations and checkpoints), so a later runtime - 06 on another day - finds it."""
     return drive_root(mount) / "runs" / Path(run_dir).name
 
+
+
+class DriveUnavailable(RuntimeError):
+    """USE_DRIVE = True, and Google Drive could not be mounted (a school account may block it)."""
+
+
+def on_drive(path, content: Path | None = None) -> bool:
+    """Whether path lies on Google Drive as Colab mounts it (under <content>/drive; content: Colab's /content)."""
+    mount = (Path(content or COLAB_CONTENT) / "drive").resolve()
+    path = Path(path).resolve()
+    return path == mount or mount in path.parents
+
+
+def drive_run_dir_or_none(run_dir: str | os.PathLike, required: bool, mount=None) -> Path | None:
+    """The run folder on Drive (drive_run_dir), or None when Drive cannot be mounted and the notebook left USE_DRIVE
+    = None: the run folder then stays on this runtime's disk, and the lessons hand their files on by download and
+    upload (without_drive). required (USE_DRIVE = True): the failure is raised, with the fix. Off Colab, the error
+    that Drive needs Colab passes unchanged."""
+    if not on_colab():
+        return drive_run_dir(run_dir, mount=mount)  # raises: Drive needs Colab
+    try:
+        return drive_run_dir(run_dir, mount=mount)
+    except Exception as err:  # google.colab raises its own error types (MessageError, ValueError, timeouts)
+        if required:
+            raise DriveUnavailable(
+                f"Google Drive could not be mounted ({type(err).__name__}: {err}). Fix: set USE_DRIVE = False (or "
+                "None) in the parameters cell: the run folder then stays on this runtime's disk and 04 -> 05 -> 06 "
+                "hand their files on by download and upload (docs/colab.md, without Google Drive).") from err
+        say(f"Google Drive could not be mounted ({type(err).__name__}: {err}): the run folder stays on this "
+            "runtime's disk, lost when the runtime ends. Between lessons, files go by download and upload: 04 "
+            "downloads my_rewards.py and 05 asks for it; 05 downloads the run as a zip and 06 asks for it "
+            "(docs/colab.md, without Google Drive)")
+        return None
+
+
+# ------------------------------------------------------------------------------- hand-offs without Drive
+
+
+def without_drive(run_dir) -> bool:
+    """On Colab with the run folder on this runtime's disk (USE_DRIVE = False, or Drive could not be mounted): the
+    next lesson, in another runtime, cannot read it, so its files go by download and upload instead."""
+    return on_colab() and not on_drive(run_dir)
+
+
+def _colab_files(files=None):
+    if files is None:
+        from google.colab import files  # only exists on Colab: imported where used
+    return files
+
+
+def download(path: str | os.PathLike, files=None) -> None:
+    """Send a file of this runtime to the student's computer (the browser saves it); a failed download is said with
+    the manual way, never an error. `files` replaces google.colab.files (tests)."""
+    try:
+        _colab_files(files).download(str(path))
+    except Exception as err:  # noqa: BLE001 - Colab's frontend errors have their own types; the fix is the same
+        say(f"the download of {path} did not start ({type(err).__name__}: {err}). Fix: download it from the Files "
+            "pane (the folder icon on the left: right-click it > Download)")
+
+
+def upload(files=None) -> dict[str, bytes]:
+    """Ask the student for files from their computer: the cell shows a "Choose files" button and waits. {} when
+    nothing came (cancelled, or the upload failed), said, never an error. `files` replaces google.colab.files."""
+    try:
+        got = _colab_files(files).upload()
+    except Exception as err:  # noqa: BLE001 - a cancelled or blocked upload raises on Colab (its own error types)
+        say(f"nothing uploaded ({type(err).__name__}: {err})")
+        return {}
+    return dict(got or {})

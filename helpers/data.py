@@ -268,6 +268,34 @@ def heldout_questions(preset, n: int | None = None) -> list[dict]:
                               worked_example=preset.worked_example)
 
 
+def sampling_steps(config) -> int:
+    """How many times a run samples fresh completions, counted as TRL 1.x's GRPOTrainer does.
+
+    config: a GRPOConfig or a Preset (anything with max_steps, gradient_accumulation_steps, num_iterations and,
+    optionally, steps_per_generation). TRL generates on a micro-batch when `_step % (steps_per_generation *
+    num_iterations) == 0`, and a run takes max_steps x gradient_accumulation_steps micro-batches; its RepeatSampler
+    repeats each generation batch num_iterations x steps_per_generation times so the other micro-batches reuse it.
+    num_iterations=2 (the cpu preset) samples on every other step: 40 steps, 20 sampling steps.
+    """
+    per_gen = getattr(config, "steps_per_generation", None) or config.gradient_accumulation_steps
+    micro_steps = config.max_steps * config.gradient_accumulation_steps
+    return -(-micro_steps // (per_gen * config.num_iterations))  # ceil: the first micro-batch always samples
+
+
+def questions_per_run(config, num_processes: int | None = None) -> int:
+    """The questions (prompts) a run draws from its training set, by TRL's RepeatSampler arithmetic: each sampling
+    step draws generation_batch_size / num_generations prompts (generation_batch_size = per_device_train_batch_size
+    x processes x steps_per_generation), each answered num_generations times. Not max_steps x prompts per step:
+    with num_iterations=2 only every other step samples. Counts draws: past one epoch a question comes back.
+
+    num_processes: default the config's own (a Preset's num_processes), else 1.
+    """
+    procs = num_processes or getattr(config, "num_processes", None) or 1
+    per_gen = getattr(config, "steps_per_generation", None) or config.gradient_accumulation_steps
+    generation_batch = config.per_device_train_batch_size * procs * per_gen
+    return sampling_steps(config) * (generation_batch // config.num_generations)
+
+
 # --------------------------------------------------------------------------------------- prompt length filter
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 # helpers.runtime and helpers.colab load torch only inside functions: safe before the Colab install.
 from helpers import runtime as rt
-from helpers.colab import KIT_DIRNAME, LESSONS, drive_run_dir, kit_root, lesson_needs_gpu  # used below; setup.LESSONS
+from helpers.colab import KIT_DIRNAME, LESSONS, kit_root, lesson_needs_gpu  # used below; setup.LESSONS
 # and setup.lesson_needs_gpu also still answer for older copies (helpers.colab is their home)
+from helpers.colab import drive_run_dir_or_none  # Drive, or None: the run folder stays here (files handed on)
 from helpers.colab import install_if_colab  # noqa: F401 - the setup cell (every copy, old or new) calls it here
 from helpers.runtime import on_colab  # noqa: F401 - for older copies: setup.on_colab, as before the Colab half moved
 from helpers.messages import say, warn  # the standard library only
@@ -142,6 +143,7 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     needs_gpu = lesson_needs_gpu(lesson)
     root = Path(root) if root is not None else kit_root()
     runtime = rt.detect()
+    drive_required = bool(drive)  # USE_DRIVE = True: a Drive that cannot be mounted is an error, not a fallback
     if drive is None:
         drive = runtime.on_colab
     if runtime.on_colab and not runtime.has_gpu and needs_gpu and not preset_name:
@@ -155,8 +157,10 @@ def prepare(preset_name: str | None = None, run_dir: str | os.PathLike | None = 
     warnings = guard.check_before_loading(preset, runtime)
     want_gpu = preset.backend.uses_unsloth
     run_dir = Path(run_dir or DEFAULT_RUN_DIR)
+    drive_dir = drive_run_dir_or_none(run_dir, required=drive_required, mount=mount) if drive else None
+    drive = drive_dir is not None  # None: Drive could not be mounted (said): the run folder stays on this disk
     if drive:
-        run_dir = drive_run_dir(run_dir, mount=mount)
+        run_dir = drive_dir
         run_dir.mkdir(parents=True, exist_ok=True)
     elif not run_dir.is_absolute():
         run_dir = root / run_dir

@@ -23,10 +23,13 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 from helpers import data
+from helpers import colab
+from helpers.colab import download, upload, without_drive
 from helpers.messages import say
 from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
@@ -50,6 +53,11 @@ class MissingTokenError(SharingError):
     pass
 
 
+def on_drive(path) -> bool:
+    """Whether path lies on Google Drive as Colab mounts it (helpers.colab.on_drive, under this module's /content)."""
+    return colab.on_drive(path, COLAB_CONTENT)
+
+
 def fresh_folder(path, overwrite: bool) -> Path:
     """A folder to write into: created if missing; one holding files is refused (SharingError, with the fix)
     unless overwrite=True, which says what it replaces. Nothing a user made is removed silently."""
@@ -67,13 +75,6 @@ def fresh_folder(path, overwrite: bool) -> Path:
 # ----------------------------------------------------------------------------------------- where exports go
 
 EXPORTS = "exports"
-
-
-def on_drive(path) -> bool:
-    """Whether path lies on Google Drive as Colab mounts it (under /content/drive)."""
-    mount = (COLAB_CONTENT / "drive").resolve()
-    path = Path(path).resolve()
-    return path == mount or mount in path.parents
 
 
 def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Path:
@@ -499,3 +500,95 @@ def _download_adapter(repo_id: str) -> Path:
         token = None  # a public repo needs none
     return Path(snapshot_download(repo_id=repo_id, token=token, allow_patterns=["adapter_*", "*.json", "*.txt",
                                                                                   "*.model", "*.jinja"]))
+
+
+# ---------------------------------------------------------------------------- 05 -> 06 without Google Drive
+
+# What 06 reads of 05's run: its results and the adapter, not the checkpoints (hundreds of MB, only for resuming).
+RUN_HANDOFF = ("summary.json", "eval.json", "metrics.jsonl", "config.json", "before.json", "samples.jsonl",
+               "dashboard.png", "reward_curve.png", "training_curves.png", "my_rewards.py", "adapter")
+
+
+def handoff_zip(run_dir) -> Path:
+    """<run name>-run.zip beside the run folder: the run's results and adapter (RUN_HANDOFF), no checkpoints."""
+    run_dir = Path(run_dir)
+    path = run_dir.parent / f"{run_dir.name}-run.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in RUN_HANDOFF:
+            item = run_dir / name
+            for f in sorted(item.rglob("*")) if item.is_dir() else [item] if item.is_file() else []:
+                if f.is_file():
+                    zf.write(f, f.relative_to(run_dir).as_posix())
+    return path
+
+
+def hand_off_run(run_dir, files=None) -> Path | None:
+    """05's end on Colab without Drive: download the run as one zip, for 06 (receive_run) in another runtime. None,
+    doing nothing, when the run folder is on Drive or this is not Colab."""
+    if not without_drive(run_dir):
+        return None
+    path = handoff_zip(run_dir)
+    say(f"no Google Drive: downloading {path.name} ({path.stat().st_size / 1e6:.1f} MB: the run's results and adapter, "
+        f"no checkpoints) to your computer. In 06, keep RUN_DIR = {Path(run_dir).name!r} and choose this file when "
+        "it asks (on this runtime the checkpoints stay until it ends: extend the run before that)")
+    download(path, files)
+    return path
+
+
+def _upload_name(name: str) -> str:
+    """The name the student saved: a browser's second download of my_rewards.py is "my_rewards (1).py"."""
+    return re.sub(r" \(\d+\)(?=\.[^.]+$)", "", Path(name).name)
+
+
+def receive_files(run_dir, uploaded: dict, allowed=RUN_HANDOFF) -> list[str]:
+    """Put uploaded files ({name: bytes}, as google.colab.files.upload returns them) into the run folder: a zip is
+    unpacked (only RUN_HANDOFF entries, never a path out of the folder), another file kept if its name is allowed.
+    Returns the top-level names received; anything else is named and skipped."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    got = []
+    for raw, content in uploaded.items():
+        name = _upload_name(raw)
+        if name.endswith(".zip"):
+            got += _unpack_run_zip(run_dir, content, raw)
+        elif name in allowed:
+            (run_dir / name).write_bytes(content)
+            got.append(name)
+        else:
+            say(f"skipped {raw}: not a file the run folder takes ({', '.join(allowed)})")
+    return sorted(set(got))
+
+
+def _unpack_run_zip(run_dir: Path, content: bytes, raw: str) -> list[str]:
+    import io
+
+    got = []
+    with zipfile.ZipFile(io.BytesIO(content)) as zf:
+        for member in zf.infolist():
+            parts = Path(member.filename).parts
+            outside = ".." in parts or Path(member.filename).is_absolute()
+            if member.is_dir() or not parts or parts[0] not in RUN_HANDOFF or outside:
+                continue
+            target = run_dir.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(member))
+            got.append(parts[0])
+    if not got:
+        say(f"skipped {raw}: it holds none of a run's files (is it the zip 05 downloaded?)")
+    return got
+
+
+def receive_run(run_dir, files=None) -> bool:
+    """06 on Colab without Drive: when RUN_DIR holds no finished run, ask for the zip 05 downloaded (hand_off_run)
+    and unpack it there. True when a run arrived; False (doing nothing) on Drive, off Colab, or with a run there."""
+    run_dir = Path(run_dir)
+    if not without_drive(run_dir) or (run_dir / "summary.json").is_file():
+        return False
+    say(f"no Google Drive, and no finished run in {run_dir}: choose the {run_dir.name}-run.zip that 05 downloaded "
+        "(the button below), or cancel to go on without the class run")
+    got = receive_files(run_dir, upload(files))
+    if "summary.json" in got:
+        say(f"received the run: {', '.join(got)}")
+        return True
+    say("no run received: the cells below show no class run and work on a CPU model")
+    return False

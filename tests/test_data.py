@@ -240,3 +240,50 @@ def test_a_presets_questions_have_one_home():
     assert data.heldout_questions(preset, 2) == heldout[:2]
     assert list(data.training_questions(preset, limit=5)["question"]) == train_rows["question"][:5]
     assert data.training_questions(preset.with_overrides(seed=4))["question"] != train_rows["question"]
+
+
+# ------------------------------------------------------------------ questions a run draws, by TRL's own sampler
+
+
+def _trl_questions_drawn(cfg, n_rows: int = 500) -> int:
+    """Replay TRL's own train sampler (GRPOTrainer._get_train_sampler on a stand-in trainer) through the
+    dataloader's batches, and count the prompts at the micro-steps where _prepare_inputs generates
+    (`_step % (steps_per_generation * num_iterations) == 0`, TRL 1.15)."""
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer
+
+    stand_in = SimpleNamespace(args=cfg, num_generations=cfg.num_generations, num_iterations=cfg.num_iterations,
+                               shuffle_dataset=True, train_dataset=list(range(n_rows)))
+    indices = list(GRPOTrainer._get_train_sampler(stand_in))
+    batch = cfg.per_device_train_batch_size * cfg.steps_per_generation  # get_train_dataloader's batch size
+    batches = [indices[i:i + batch] for i in range(0, len(indices), batch)]
+    generate_every = cfg.steps_per_generation * cfg.num_iterations
+    micro_steps = cfg.max_steps * cfg.gradient_accumulation_steps
+    assert micro_steps <= len(batches), "the stand-in dataset is too small for one epoch"
+    return sum(len(set(batches[step])) for step in range(micro_steps) if step % generate_every == 0)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(max_steps=40, per_device_train_batch_size=8, num_generations=8, num_iterations=2),   # the cpu preset
+    dict(max_steps=250, per_device_train_batch_size=6, num_generations=6, num_iterations=1),  # the t4 preset
+    dict(max_steps=9, per_device_train_batch_size=8, num_generations=4, num_iterations=3),
+    dict(max_steps=10, per_device_train_batch_size=4, num_generations=4, num_iterations=2, gradient_accumulation_steps=3),
+    dict(max_steps=7, per_device_train_batch_size=4, num_generations=2, num_iterations=1, steps_per_generation=4),
+])
+def test_questions_per_run_is_what_trls_sampler_draws(settings, tmp_path):
+    from trl import GRPOConfig
+
+    cfg = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **settings)
+    assert data.questions_per_run(cfg) == _trl_questions_drawn(cfg)
+
+
+def test_the_cpu_preset_samples_on_half_its_steps():
+    from helpers.config import build_grpo_config, get_preset
+    from helpers.runtime import fake_runtime
+
+    preset = get_preset("cpu")
+    cfg = build_grpo_config(preset, fake_runtime("cpu"), output_dir="/tmp/x")
+    assert (data.sampling_steps(preset), data.questions_per_run(preset)) == (20, 20)
+    assert data.questions_per_run(cfg) == data.questions_per_run(preset)
+    assert data.questions_per_run(preset.with_overrides(num_iterations=1)) == 40

@@ -94,6 +94,7 @@ def test_sigkill_then_same_command_resumes_from_the_latest_complete_checkpoint(t
     more = subprocess.run(longer, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert more.returncode == 0, more.stderr[-3000:]
     assert "took 3 steps and max_steps is now 4" in more.stdout and "resuming from step 3" in more.stdout
+    assert "learning rate: the constant schedule does not depend on max_steps, so step 4 goes on at" in more.stdout
     extended = json.loads((run / "summary.json").read_text())
     assert extended["steps"] == 4 and extended["resumed_from_step"] == 3
     assert json.loads((run / "summary-step-3.json").read_text()) == summary

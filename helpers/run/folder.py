@@ -5,6 +5,7 @@ silently."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shlex
@@ -347,12 +348,46 @@ def _extend(run_dir: Path, ckpt_dir: Path, ckpts: list, earlier: list[str], resu
             "or pass --overwrite to train from step 0."
         )
     say(f"the finished run in {run_dir} took {finished} steps and max_steps is now {wanted}: continuing it")
+    if config and "lr_scheduler_type" in config:
+        say(schedule_on_extension(config, finished, wanted))
     for name in (SUMMARY_FILE, "eval.json"):
         if (run_dir / name).exists():
             kept = run_dir / f"{Path(name).stem}-step-{finished}.json"
             (run_dir / name).replace(kept)
             say(f"{name} of the first {finished} steps kept as {kept.name}")
     return _continue(run_dir, ckpt_dir, ckpts, wanted)
+
+
+def learning_rate_at(config: dict, step: int, max_steps: int) -> float:
+    """The learning rate TRL logs at `step` of a run planned for `max_steps`: transformers' own schedule (the one
+    Trainer.create_scheduler builds from lr_scheduler_type and warmup_steps) after `step` optimizer steps."""
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config["learning_rate"])
+    schedule = get_scheduler(config["lr_scheduler_type"], optimizer, num_warmup_steps=config.get("warmup_steps", 0),
+                             num_training_steps=max_steps)
+    return config["learning_rate"] * schedule.lr_lambdas[0](step)
+
+
+def schedule_on_extension(config: dict, finished: int, wanted: int) -> str:
+    """What extending a finished run does to its learning rate, said at extension. The kit's choice (which is what
+    Trainer does when it reloads the checkpoint's scheduler with the new max_steps): the schedule is re-planned for
+    the new total, so steps finished+1 .. wanted get the learning rate a `wanted`-step run has at those steps, with
+    no second warm-up (the optimizer's state is resumed). A decaying schedule had reached its end at `finished`, so
+    the learning rate jumps back up at finished+1."""
+    kind, lr = config["lr_scheduler_type"], functools.partial(learning_rate_at, config)
+    one = wanted == finished + 1
+    added = f"step {wanted}" if one else f"steps {finished + 1}-{wanted}"
+    if all(lr(s, finished) == lr(s, wanted) for s in (1, finished)):
+        return (f"learning rate: the {kind} schedule does not depend on max_steps, so {added} "
+                f"{'goes' if one else 'go'} on at {lr(finished + 1, wanted):.3g}, as before")
+    was, now = lr(finished, finished), lr(finished + 1, wanted)
+    return (f"learning rate: the {kind} schedule is re-planned for {wanted} steps, not restarted: "
+            f"{added} {'gets' if one else 'get'} the learning rate a {wanted}-step run has there ({now:.3g} at step "
+            f"{finished + 1}, {lr(wanted, wanted):.3g} at step {wanted}), without a new warm-up. The first {finished} "
+            f"steps were planned for {finished}: their schedule had reached {was:.3g} at step {finished}"
+            + (", so the rate jumps back up" if now > was else "") + " (docs/training-and-resume.md, extending a run)")
 
 
 def _results(run_dir: Path, ckpt_dir: Path) -> list[Path]:

@@ -58,6 +58,7 @@ class Block:
     parameters: dict = field(default_factory=dict)  # typed into the parameters cell (before the setup cell): T4 class
     cpu: dict = field(default_factory=dict)         # this block's own CPU-equivalent sizes (e.g. MAX_STEPS)
     homework: bool = False
+    reads_run: bool = False  # it shows 05's finished run (06, 05's results): it starts after 05's slowest estimate
 
     def cpu_parameters(self) -> dict:
         """The CPU equivalent's parameters: the plan's, with PRESET = "cpu" and the sizes changed."""
@@ -82,6 +83,23 @@ class Plan:
     def executed(self) -> list[tuple[str, dict]]:
         """What the CPU equivalent executes, in order: (notebook, parameters)."""
         return [(b.notebook, b.cpu_parameters()) for b in self.blocks if b.step in EXECUTED]
+
+    def starts(self) -> list[int]:
+        """The minute each in-class block starts at."""
+        return [sum(b.minutes for b in self.in_class[:i]) for i in range(len(self.in_class))]
+
+    def t4_run_done_by(self) -> float:
+        """The minute by which the class's T4 run (its last in-class 05 RUN block) ends at the slowest estimate:
+        the block's end (Run all pressed at the latest) plus t4_minutes' high figure."""
+        i = max(i for i, b in enumerate(self.in_class) if b.notebook == "05_train" and b.step == RUN)
+        block = self.in_class[i]
+        return self.starts()[i] + block.minutes + t4_minutes(block.parameters)[1]
+
+    def too_early(self) -> list[str]:
+        """The blocks that show 05's finished run before its slowest estimate has it finished (none, in a good plan)."""
+        done_by = self.t4_run_done_by()
+        return [f"{b.notebook} at minute {start} (05 may run until minute {done_by:.0f})"
+                for start, b in zip(self.starts(), self.in_class) if b.reads_run and start < done_by]
 
 
 # ------------------------------------------------------------------------------------------- T4 estimates
@@ -160,6 +178,15 @@ def t4_training_estimate(parameters: dict, from_step: int = 0) -> dict:
             "after_at_most": t4_eval_seconds_at_most(preset.eval_size, preset) / 60}
 
 
+def t4_minutes(parameters: dict, from_step: int = 0) -> tuple[float, float]:
+    """(low, high) minutes of the whole 05 run on a T4 (estimate): low = load + the steps at the low rate (the
+    evaluations cost little when generation is fast); high = load + both evaluations' upper bounds + the steps at the
+    high rate. The guide prints both; a plan waits for high."""
+    e = t4_training_estimate(parameters, from_step=from_step)
+    return (e["load"] + e["train"][0],
+            e["load"] + e["before_at_most"] + e["train"][1] + e["after_at_most"])
+
+
 # ------------------------------------------------------------------------------------------------ the plans
 
 _05_CLASS = {"MAX_STEPS": 60, "EVAL_SIZE": 50}
@@ -177,7 +204,7 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "From your screen while the installs run: the course map; RL with verifiable rewards and what GRPO changes "
         "from PPO (01's one page: the group's mean is the baseline, no value model); the runtime report and the "
         "guards.")),
-    Block(25, "04_rewards", CPU, RUN, does=(
+    Block(20, "04_rewards", CPU, RUN, does=(
         "Students open **04** in a second tab (a CPU runtime, its own short install) and run it top to bottom: the "
         "five rewards, the playground, the hacking table, GRPO's advantages with the sliders (discussion question 1). "
         f"Exercises {ex('my_correctness_reward')} and {ex('my_strict_format_reward')}: they write the correctness and strict-format "
@@ -189,39 +216,47 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "**Runtime > Run all**. The setup cell installs nothing now; step 1 prints `your rewards from "
         ".../my_rewards.py: brevity_reward`. Loading, the evaluation before, the steps and the evaluation after then "
         f"run on their own. Exercises {ex('make_config')} and {ex('make_trainer')} (the `GRPOConfig` fields and the `GRPOTrainer` call) come before "
-        "the training cell: left blank, 05 trains with the kit's config and trainer and says so; students fill them "
-        "in at home and run the check cells.")),
+        "the training cell: left blank, their check cells show what is missing and 05 goes on with the kit's own config "
+        "and trainer (the ones `helpers.train` builds; no other message says so); students fill them in at home and "
+        "run the check cells.")),
     Block(15, "05_train", T4, CONTINUE, does=(
         "While it trains, read the live dashboard together: reward per function, spread, zero-spread groups, length "
         "(discussion questions 2, 4 and 5). Say in advance that the reward stays flat at first: Unsloth's 3B run "
         "averaged about 0 over its first 50 steps. 05's later cells, its exercises included, wait behind the "
         "training cell: they run when it ends.")),
-    Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        f"A third tab, a CPU runtime: students type the two values, answer exercise {ex('my_pass_at_k')} (pass@k by hand) in its "
+    Block(17, "07_memory_lab", CPU, RUN, does=(
+        "While 05 trains (its slowest estimate runs to the end of this block): a third tab, a CPU runtime (close 04's "
+        "tab first: its reward is saved). 07: where the T4's memory goes, predicted from the architecture, next to "
+        "the dashboard's memory panel; the sweep and the OOM doctor; exercise "
+        f"{ex('largest_completion_length')}.")),
+    Block(12, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, reads_run=True, does=(
+        f"05 has finished by now, even at the slowest estimate. A CPU runtime (07's tab can go): students type the "
+        f"two values, answer exercise {ex('my_pass_at_k')} (pass@k by hand) in its "
         "cell, then Runtime > Run all. 06 first shows the class run from its files on Drive (the T4 lab's own "
-        "numbers and answers, once 05 has finished), then works on the embedded model in a folder of its own: "
+        "numbers and answers), then works on the embedded model in a folder of its own: "
         "`TRAIN_IF_MISSING` (on by default) trains a 2-step run there (mechanics, not learning), then greedy accuracy "
         "before and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the "
         "end are opt-in and stay off. Discussion question 6 while it runs: its cells take up to 10 minutes on 2 cores "
         "([measured](#time-per-notebook)).")),
-    Block(7, "05_train", T4, CONTINUE, does=(
+    Block(4, "05_train", T4, CONTINUE, reads_run=True, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
-        "whole run, and the exercises after the training cell have run (answer them now or at home, then re-run "
+        "whole run, and the exercises after the training cell have run (answer them at home, then re-run "
         f"their check cells). Exercise {ex('learned_or_not')} diagnoses four of the kit's own measured CPU runs, not this run's "
-        "dashboard. If the run has not finished, nothing is lost: its checkpoints are on Drive and the homework "
-        "continues it.")),
-    Block(3, None, None, TALK, does=(
-        "Recap, and the homework: extend the class run to 250 steps, then 03 and 07; after the course, 08 (one GRPO "
+        "dashboard. If the run has not finished (slower than the estimate), nothing is lost: its checkpoints are on "
+        "Drive and the homework continues it.")),
+    Block(2, None, None, TALK, does=(
+        "Recap, and the homework: extend the class run to 250 steps, then 03; after the course, 08 (one GRPO "
         "step from scratch) and the capstone, 09.")),
     Block(0, "05_train", T4, RUN, homework=True, parameters={"MAX_STEPS": 250, "EVAL_SIZE": 50},
           cpu=_05_HOMEWORK_CPU, does=(
               "**Extend the class run.** Open 05 on a T4, type `MAX_STEPS = 250` and the class's `EVAL_SIZE = 50` "
               "(nothing else), Runtime > Run all. It finds the run on Drive, says `took 60 steps and max_steps is now "
-              "250: continuing it`, resumes from `checkpoint-60`, keeps the class summary as `summary-step-60.json` "
-              "and reuses the evaluation before training. (A run stopped before step 60 is resumed the same way.)")),
+              "250: continuing it` and what happens to the learning rate (`learning rate: the cosine schedule is "
+              "re-planned for 250 steps, not restarted`: steps 61-250 get a 250-step run's rates, from 4.46e-06, "
+              "without a new warm-up), resumes from `checkpoint-60`, keeps the class summary as "
+              "`summary-step-60.json` and reuses the evaluation before training. (A run stopped before step 60 is "
+              "resumed the same way.)")),
     Block(0, "03_data", CPU, RUN, homework=True, does="03 on a CPU runtime: the data, the answer format, prompt lengths."),
-    Block(0, "07_memory_lab", CPU, RUN, homework=True, does=(
-        "07 on a CPU runtime: where the T4's memory goes, and the OOM doctor.")),
 ))
 
 _05_HALF_DAY = {"MAX_STEPS": 150, "EVAL_SIZE": 100}
@@ -257,17 +292,17 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         "08 on a CPU runtime while 05 trains: one GRPO step from scratch on the embedded model (a group sampled with "
         f"`model.generate`, its rewards and advantages, one optimizer step); exercise {ex('policy_loss')}: they write the loss, "
         "checked against TRL's own, and watch the rewarded completion become likelier.")),
-    Block(15, "07_memory_lab", CPU, RUN, does=(
+    Block(20, "07_memory_lab", CPU, RUN, does=(
         f"07 on a CPU runtime: what the T4's memory holds, the sweep, the OOM doctor; exercise "
         f"{ex('largest_completion_length')}.")),
-    Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, does=(
-        f"06 on a CPU runtime: exercise {ex('my_pass_at_k')} answered first, then Run all: the class run's numbers from Drive if 05 "
-        "has finished, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
+    Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, reads_run=True, does=(
+        f"05 has finished by now, even at the slowest estimate. 06 on a CPU runtime: exercise {ex('my_pass_at_k')} "
+        "answered first, then Run all: the class run's numbers from Drive, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
         "reload (up to 10 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
         "to show one. Discussion questions 6 and 7.")),
-    Block(15, "05_train", T4, CONTINUE, does=(
+    Block(10, "05_train", T4, CONTINUE, reads_run=True, does=(
         "05's results: accuracy before and after on 100 GSM8K questions, the dashboard of the whole run, exercises "
-        "after the training cell (5.4: four of the kit's measured CPU runs); recap and homework.")),
+        f"after the training cell ({ex('learned_or_not')}: four of the kit's measured CPU runs); recap and homework.")),
     Block(0, "05_train", T4, RUN, homework=True, parameters={"MAX_STEPS": 250, "EVAL_SIZE": 100},
           cpu=_05_HOMEWORK_CPU, does=(
               "Extend the workshop's run: 05 on a T4 with `MAX_STEPS = 250` and `EVAL_SIZE = 100`, Run all: it "

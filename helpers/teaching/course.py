@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from helpers import memory, sharing
+from helpers import colab, memory, sharing
 from helpers import runtime as rt
 from helpers.config import DATA_FIELDS, GRPO_CONFIG_FIELDS, MODEL_FIELDS, get_preset, precision_flags
 from helpers.data import heldout_questions
@@ -243,6 +243,9 @@ def save_rewards(funcs, run_dir) -> Path | None:
     path.write_text(REWARD_HEADER + "\n\n\n".join(sources) + "\n")
     say(f"saved {len(sources)} reward function(s) to {path}: 05 adds them to training when its "
         f"RUN_DIR is {Path(run_dir).name!r}" + (" (on Drive: another runtime finds it)" if sharing.on_drive(path) else ""))
+    if colab.without_drive(run_dir):  # Colab without Drive: 05's runtime cannot see this disk
+        say(f"no Google Drive: downloading {REWARD_FILE} to your computer; 05 asks for it (choose this file there)")
+        colab.download(path)
     return path
 
 
@@ -253,6 +256,10 @@ def load_rewards(run_dir) -> list:
     """The reward functions 04 saved in RUN_DIR/my_rewards.py ([] with how to bring them when there are none). Loaded
     as the CLI's --reward is (helpers.run.reward_specs): a broken file is refused with its line and the fix."""
     path = Path(run_dir) / REWARD_FILE
+    if not path.is_file() and colab.without_drive(run_dir):  # Colab without Drive: 04 downloaded it
+        say(f"no Google Drive: choose the {REWARD_FILE} that 04 downloaded (the button below), or cancel to train "
+            "with the kit's rewards only")
+        sharing.receive_files(run_dir, colab.upload(), allowed=(REWARD_FILE,))
     if not path.is_file():
         where = "on Google Drive" if sharing.on_drive(path) else "on this runtime's disk"
         say(f"no {REWARD_FILE} in {run_dir} ({where}): training with the kit's rewards only. To add "
