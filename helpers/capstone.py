@@ -4,51 +4,47 @@
     from helpers import capstone; capstone.check("train_grpo.py")    # a notebook cell: a result, never a raise
 
 The contract (capstone/README.md): the script accepts --max-steps N and --output-dir DIR, trains with TRL's
-GRPOTrainer, and saves the LoRA adapter to DIR/adapter. It passes when TRL's GRPOTrainer really trained: the script
-built a GRPOTrainer and called train(), the trainer logged a reward on each of the N steps, and the adapter's LoRA
-B matrices (zero at initialisation) changed. The kit's own pipeline does not count: the script may use only the
-dataset helpers, the embedded model's folder and the CPU patch (ALLOWED); anything else from helpers/ is refused,
-before running (its imports, read with ast) and while running (what its code imported).
+GRPOTrainer, and saves the LoRA adapter to DIR/adapter. It passes when the student's own trainer.train() ran the N
+steps, counted by a callback the checker attaches (not read from trainer.state, which a script can write), with
+reward functions written in the student's files, each sampling step's reward logged (every num_iterations-th step),
+the LoRA B matrices changed between train()'s first and last step, and the saved adapter equal to those trained
+weights. The kit's pipeline does not count, however it is reached: the script may use only ALLOWED (the data, the
+answer format, the embedded model's folder, the CPU patch); the rest of helpers/ is refused before running (its
+imports, read with ast) and while running (imported by any mechanism, its source read or exec'd, a Python
+subprocess), unless the kit's allowed code itself imports it.
 
-How the run is watched: the script runs in a fresh interpreter under a small bootstrap (`_bootstrap`, the
-`python -c` line in `check`), which wraps transformers' Trainer (GRPOTrainer's base, also under Unsloth's generated
-trainer) as TRL is imported, records which helpers modules the student's code imports, and writes a JSON report
-(trainers built, train() called, their log history and reward names) when the script ends, however it ends.
+How the run is watched: the script runs in a fresh interpreter under helpers.capstone_watch's bootstrap (the
+`python -c` line in `_run`): an import hook, a meta-path finder and an audit hook (open, exec, subprocess) note the
+pipeline's use; transformers' Trainer (GRPOTrainer's base, also under Unsloth's generated trainer) is wrapped as it
+is imported, and its train() attaches the counting callback. A JSON report is written when the script ends, however
+it ends; this module judges it.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import functools
-import importlib
-import importlib.abc
-import importlib.util
 import io
 import json
 import os
 import re
-import runpy
 import subprocess
 import sys
 import tempfile
 import time
 import tokenize
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+from helpers.capstone_watch import (  # noqa: F401 - KIT, HELPERS, ALLOWED, kit_module: the checker's names too
+    ALLOWED, HELPERS, KIT, KIT_USE, REPORT, TRAINED, _allowed, _library_file, _lora_key, _named_modules, _origin,
+    kit_module)
+from helpers.data import sampling_steps
 from helpers.messages import say
+from helpers.teaching.exercises.nb04 import CHAT  # 04's hint for a chat completion read as a string
 
-KIT = Path(__file__).resolve().parents[1]
-HELPERS = KIT / "helpers"
 STEPS = 2
-REPORT = "capstone_report.json"
 
-# What a capstone script may import from the kit: the data, the answer format, the embedded model's folder, the
-# CPU stand-in for TRL's Triton kernel. The rest is the pipeline the student is asked to write.
-ALLOWED = ("helpers", "helpers.data", "helpers.prompts", "helpers.model", "helpers.run.trl_patches",
-           "helpers.cpu_compat")
 _WRITE_IT = {
     "helpers.rewards": "write your reward functions in the script, with TRL's contract "
                        "`def my_reward(prompts, completions, answer, **kwargs) -> list[float]` (notebook 04)",
@@ -88,28 +84,10 @@ class CapstoneResult:
 # ------------------------------------------------------------------------------------- before running: ast
 
 
-def _is_module(name: str) -> bool:
-    parts = name.split(".")
-    return (KIT.joinpath(*parts).with_suffix(".py").is_file()
-            or (KIT.joinpath(*parts) / "__init__.py").is_file())
-
-
-def _named_modules(module: str, names) -> list[str]:
-    """The kit modules `from module import names` reaches: `from helpers import train` names helpers.train, a
-    submodule; `from helpers.data import gsm8k_rows` names helpers.data itself."""
-    return [f"{module}.{name}" for name in names or () if _is_module(f"{module}.{name}")] or [module]
-
-
-def _allowed(module: str) -> bool:
-    """An allowed module, or a package above one (helpers.run imports none of its modules): `from helpers.run import
-    pipeline` is judged by the module it names, helpers.run.pipeline."""
-    return module in ALLOWED or any(allowed.startswith(module + ".") for allowed in ALLOWED)
-
-
-def _refusal(module: str, where: str) -> str:
+def _refusal(module: str, where: str, how: str = "imports") -> str:
     advice = next((text for prefix, text in _WRITE_IT.items() if module == prefix or module.startswith(prefix + ".")),
                   "write that part yourself")
-    return (f"{where} imports {module}, part of the kit's own pipeline: the capstone is your own GRPO script. "
+    return (f"{where} {how} {module}, part of the kit's own pipeline: the capstone is your own GRPO script. "
             f"Fix: {advice}. From the kit you may import only {_ALLOWED_TEXT}.")
 
 
@@ -185,149 +163,6 @@ def read_script(script: Path) -> None:
                             "args=GRPOConfig(...), train_dataset=...) and trainer.train().")
 
 
-# ------------------------------------------------------------------------------------- the bootstrap
-
-
-class _Recorder:
-    """Lives in the student's interpreter: what the script built, trained and imported."""
-
-    def __init__(self, report: Path):
-        self.report = report
-        self.trainers, self.imports = [], []
-
-    def note(self, text: str) -> None:
-        """One line of what the script is doing, for the checker to show as it happens (progress)."""
-        with open(self.report.with_suffix(".progress"), "a") as f:
-            f.write(text + "\n")
-
-    def watch_steps(self, trainer) -> None:
-        """A callback that notes each finished step (a transformers trainer; anything else: start and end only)."""
-        try:
-            from transformers import TrainerCallback
-        except ImportError:
-            return
-        if not hasattr(trainer, "add_callback"):
-            return
-        recorder = self
-
-        class StepNotes(TrainerCallback):
-            def on_step_end(self, args, state, control, **kwargs):
-                recorder.note(f"GRPO step {state.global_step}/{state.max_steps} done")
-
-        trainer.add_callback(StepNotes())
-
-    # -- imports made by code outside helpers/ (the script, or a module of the student's), noted before importing:
-    # an import that fails is still the student's
-    def note_import(self, name: str, fromlist, requester: str | None) -> None:
-        if not name.startswith("helpers") or not requester or Path(requester).resolve().is_relative_to(HELPERS):
-            return
-        for module in _named_modules(name, fromlist):
-            if (module == "helpers" or module.startswith("helpers.")) and module not in [m for m, _ in self.imports]:
-                self.imports.append((module, requester))
-
-    def install_import_watch(self) -> None:
-        real_import, real_import_module = builtins.__import__, importlib.import_module
-
-        def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
-            if level == 0:
-                self.note_import(name, fromlist, (globals or {}).get("__file__"))
-            return real_import(name, globals, locals, fromlist, level)
-
-        def watched_import_module(name, package=None):
-            self.note_import(name, (), sys._getframe(1).f_globals.get("__file__"))
-            return real_import_module(name, package)
-
-        builtins.__import__, importlib.import_module = watched_import, watched_import_module
-
-    # -- transformers.Trainer, wrapped when transformers.trainer is first imported (after Unsloth, if any)
-    def instrument(self, trainer_cls) -> None:
-        init, train = trainer_cls.__init__, trainer_cls.train
-
-        @functools.wraps(init)
-        def recorded_init(trainer, *args, **kwargs):
-            self.trainers.append({"trainer": trainer, "train_called": False})
-            self.note(f"built {type(trainer).__name__}")
-            return init(trainer, *args, **kwargs)
-
-        @functools.wraps(train)
-        def recorded_train(trainer, *args, **kwargs):
-            for t in self.trainers:
-                t["train_called"] |= t["trainer"] is trainer
-            self.watch_steps(trainer)
-            self.note("trainer.train() started")
-            result = train(trainer, *args, **kwargs)
-            self.note(f"trainer.train() returned at step {getattr(getattr(trainer, 'state', None), 'global_step', 0)}")
-            return result
-
-        trainer_cls.__init__, trainer_cls.train = recorded_init, recorded_train
-
-    def install_trainer_watch(self) -> None:
-        if "transformers.trainer" in sys.modules:
-            self.instrument(sys.modules["transformers.trainer"].Trainer)
-            return
-        recorder = self
-
-        class Finder(importlib.abc.MetaPathFinder):
-            def find_spec(self, fullname, path, target=None):
-                if fullname != "transformers.trainer":
-                    return None
-                sys.meta_path.remove(self)
-                spec = importlib.util.find_spec(fullname)
-                if spec is None or spec.loader is None:
-                    return spec
-                execute = spec.loader.exec_module
-
-                def exec_module(module):
-                    execute(module)
-                    recorder.instrument(module.Trainer)
-
-                spec.loader.exec_module = exec_module
-                return spec
-
-        sys.meta_path.insert(0, Finder())
-
-    # -- the report
-    def write(self, error: BaseException | None) -> None:
-        trainers = []
-        for t in self.trainers:
-            trainer, mro = t["trainer"], type(t["trainer"]).__mro__
-            state = getattr(trainer, "state", None)
-            trainers.append({
-                "class": f"{type(trainer).__module__}.{type(trainer).__qualname__}",
-                "is_grpo": any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(
-                    ("trl", "unsloth")) for c in mro),
-                "train_called": t["train_called"],
-                "global_step": getattr(state, "global_step", 0),
-                "log_history": json.loads(json.dumps(getattr(state, "log_history", []), default=str)),
-                "reward_funcs": [str(n) for n in getattr(trainer, "reward_func_names", []) or []],
-            })
-        if isinstance(error, SystemExit):
-            code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
-            failure = None if code == 0 else {"type": "SystemExit", "message": str(error.code), "exit": code}
-        elif error is not None:
-            failure = {"type": type(error).__name__, "message": str(error), "exit": 1,
-                       "traceback": "".join(traceback.format_exception(error))[-3000:]}
-        else:
-            failure = None
-        self.report.write_text(json.dumps({"trainers": trainers, "imports": self.imports, "failure": failure}))
-
-
-def _bootstrap(script: str, report: str, argv: list[str]) -> None:
-    """Run the script as `python script.py ARGV` would, watched by a _Recorder; the report is written at the end."""
-    script_path = Path(script).resolve()
-    recorder = _Recorder(Path(report))
-    recorder.install_import_watch()
-    recorder.install_trainer_watch()
-    sys.argv = [str(script_path), *argv]
-    sys.path.insert(0, str(script_path.parent))
-    try:
-        runpy.run_path(str(script_path), run_name="__main__")
-    except BaseException as err:
-        recorder.write(err)
-        raise
-    recorder.write(None)
-
-
 # ------------------------------------------------------------------------------------- after running: the verdict
 
 
@@ -371,7 +206,7 @@ def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:
 
 def _run(script: Path, steps: int, out: Path, tmp: Path, timeout: int) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp / REPORT
-    code = (f"from helpers.capstone import _bootstrap; _bootstrap({str(script)!r}, {str(report)!r}, "
+    code = (f"from helpers.capstone_watch import _bootstrap; _bootstrap({str(script)!r}, {str(tmp)!r}, "
             f"['--max-steps', {str(steps)!r}, '--output-dir', {str(out)!r}])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(KIT), os.environ.get("PYTHONPATH", "")] if p)}
     _say(f"running {script.name} --max-steps {steps} in a fresh Python (about a minute on a CPU) ...")
@@ -387,13 +222,43 @@ def _run(script: Path, steps: int, out: Path, tmp: Path, timeout: int) -> tuple[
         stdout.seek(0)
         stderr.seek(0)
         r = subprocess.CompletedProcess(args, proc.returncode, stdout.read(), stderr.read())
+    _refuse_kit_use(tmp / KIT_USE)  # first: a forked child's use, or one just before the interpreter died
     if not report.is_file():
         raise CapstoneError(f"the script's interpreter stopped before it finished (exit {r.returncode}); its last "
                             f"output:\n{r.stderr[-2000:]}")
     return r, json.loads(report.read_text())
 
 
-def _explain_failure(failure: dict, stderr: str, steps: int) -> str:
+def _refuse_kit_use(notes: Path) -> None:
+    """The first use of the kit's pipeline the bootstrap noted, as a refusal that names who and how."""
+    if not notes.is_file():
+        return
+    use = json.loads(notes.read_text().splitlines()[0])
+    who, module = Path(use["requester"]).name, use["module"]
+    if use["kind"] == "a subprocess":
+        raise CapstoneError(
+            f"while running, {who} starts another Python (`{use['detail']}`): the check judges the training done in "
+            "your script's own process, and the kit's pipeline run in another one is not your GRPO script. Fix: "
+            "build GRPOConfig(...) and GRPOTrainer(...) in train_grpo.py and call trainer.train() there; no "
+            f"subprocess. From the kit you may import only {_ALLOWED_TEXT}.")
+    how = {"import": "imports", "reading": "reads the source of", "exec": "executes (runpy, exec)",
+           "forging": "compiles code under the file name of"}[use["kind"]]
+    raise CapstoneError(_refusal(module, f"while running, {who}", how))
+
+
+def _chat_mistake(failure: dict, stderr: str, reward_names: list[str]) -> str | None:
+    """The error of a reward that treats TRL's chat-format completions ([{"role", "content"}]) as strings, made
+    into its fix; None for any other error."""
+    text = f"{failure.get('traceback') or ''}\n{stderr}"
+    name = next((n for n in reward_names if re.search(rf", in {re.escape(n)}\n", text)), None)
+    if name is None or not re.search(r"\b(list|dict)\b", failure.get("message", "")):
+        return None
+    return (f"your reward {name} reads a completion as a string, and TRL gives it a chat-format one ({failure['type']}: "
+            f"{failure['message']}). 04's hint: {CHAT}. Fix: in the capstone (helpers.rewards is the kit's) "
+            "read the text yourself: text = completion[0][\"content\"], then score text.")
+
+
+def _explain_failure(failure: dict, stderr: str, steps: int, reward_names: list[str] = ()) -> str:
     text = f"{failure.get('message', '')}\n{stderr}"
     if TRITON_ERROR in text:
         return ("GRPOTrainer failed in TRL's log-prob kernel (\"'NoneType' object has no attribute 'apply'\"): it "
@@ -407,53 +272,119 @@ def _explain_failure(failure: dict, stderr: str, steps: int) -> str:
     if failure.get("type") == "NotImplementedError":
         return (f"not answered yet: the script raised NotImplementedError ({failure.get('message')}). Fix: write that "
                 "part of the script.")
+    chat = _chat_mistake(failure, stderr, list(reward_names))
+    if chat:
+        return chat
     tail = failure.get("traceback") or stderr[-2000:]
     return (f"the script failed with {failure.get('type')}: {failure.get('message')}. Fix the line the traceback "
             f"ends in (its last lines below), then check again.\n{tail[-2000:]}")
 
 
-def _verdict(r, report: dict, out: Path, steps: int) -> dict:
-    refused = [(m, f) for m, f in report["imports"] if not _allowed(m)]
-    if refused:
-        module, requester = refused[0]
-        raise CapstoneError(_refusal(module, f"while running, {Path(requester).name}"))
-    if report["failure"]:
-        raise CapstoneError(_explain_failure(report["failure"], r.stderr, steps))
+def reward_problem(origin: dict) -> str | None:
+    """Why a reward function GRPOTrainer was given is not one the student wrote (None: it is): the kit's, a
+    library's (trl's own included), made by exec, or not a Python function."""
+    name, file = origin["name"], origin.get("file")
+    if not file:
+        return f"{name} is not a Python function you wrote (a reward model or a built-in)"
+    if file.startswith("<"):
+        return f"{name} was made by exec or eval ({file}), not written in your files"
+    module = kit_module(file)
+    if module:
+        return f"{name} is the kit's ({module}), not yours"
+    if _library_file(file):
+        return f"{name} comes from an installed library ({origin.get('module')}, {file}), not from your files"
+    return None
+
+
+def _judge_trainer(report: dict, steps: int) -> dict:
+    """The GRPOTrainer whose train() ran, checked: built, trained the N steps by the checker's count, with the
+    student's own rewards, each sampling step's reward logged."""
     grpo = [t for t in report["trainers"] if t["is_grpo"]]
     if not grpo:
         built = ", ".join(t["class"] for t in report["trainers"]) or "no trainer at all"
         raise CapstoneError(f"the script never built TRL's GRPOTrainer (it built {built}). Fix: trainer = "
                             "GRPOTrainer(model=..., processing_class=..., reward_funcs=[...], args=GRPOConfig(...), "
                             "train_dataset=...) from trl, at the script's top level or in a function it calls.")
-    trained = [t for t in grpo if t["train_called"] or t["global_step"] > 0]
+    trained = [t for t in grpo if t["train_called"]]
     if not trained:
-        raise CapstoneError("the script built a GRPOTrainer but never called trainer.train(). Fix: call "
-                            "trainer.train() before saving the adapter.")
+        raise CapstoneError("the script built a GRPOTrainer but never called trainer.train() (a step count or a log "
+                            "written into trainer.state does not count: the checker counts the steps train() runs). "
+                            "Fix: call trainer.train() before saving the adapter.")
     t = trained[-1]
-    if t["global_step"] != steps:
-        raise CapstoneError(f"the trainer ran {t['global_step']} steps, not the {steps} the checker asked for "
+    if t["steps"] != steps:
+        raise CapstoneError(f"trainer.train() ran {t['steps']} steps, not the {steps} the checker asked for "
                             f"(--max-steps {steps}). Fix: GRPOConfig(max_steps=args.max_steps, ...).")
-    rewards = {row["step"]: row["reward"] for row in t["log_history"] if "reward" in row and "step" in row}
-    if len(rewards) < steps:
-        raise CapstoneError(f"TRL logged a reward on {len(rewards)} of the {steps} steps. Fix: GRPOConfig("
-                            "logging_steps=1, ...), and pass your reward functions as GRPOTrainer(reward_funcs=[...]).")
+    problems = [p for p in map(reward_problem, t["reward_funcs"]) if p]
+    if problems or not t["reward_funcs"]:
+        raise CapstoneError(f"{'; '.join(problems) or 'GRPOTrainer got no reward function'}. Fix: write your reward "
+                            "functions in train_grpo.py (or a file of yours next to it) with TRL's contract "
+                            "`def my_reward(prompts, completions, answer, **kwargs) -> list[float]` (notebook 04), and "
+                            "pass them as GRPOTrainer(reward_funcs=[...]).")
+    return t
+
+
+def _judge_rewards(t: dict) -> None:
+    """TRL logs a reward on the steps that sample completions: every num_iterations-th step (helpers.data's count
+    of TRL's own arithmetic), each logged when logging_steps=1."""
+    c = {"gradient_accumulation_steps": 1, "num_iterations": 1, **{k: v for k, v in t["config"].items() if v}}
+    expected = sampling_steps(SimpleNamespace(**c))
+    if len(t["reward_logs"]) < expected:
+        every = f" (num_iterations={c['num_iterations']}: a reward every {c['num_iterations']} steps)" \
+            if c["num_iterations"] > 1 else ""
+        raise CapstoneError(f"TRL logged a reward on {len(t['reward_logs'])} of the {_steps(expected)} that sampled "
+                            f"completions{every}. Fix: GRPOConfig(logging_steps=1, ...), and pass your reward "
+                            "functions as GRPOTrainer(reward_funcs=[...]).")
+
+
+def _judge_adapter(t: dict, out: Path, tmp: Path) -> tuple[int, int]:
+    """The LoRA B matrices changed through train()'s steps, and the saved adapter holds those trained weights."""
+    if not t.get("lora_b"):
+        raise CapstoneError("the model GRPOTrainer trained has no LoRA adapter (no lora_B matrices). Fix: give the "
+                            "model one before GRPOTrainer: model = get_peft_model(model, LoraConfig(...)) on a CPU.")
+    if not t["lora_b_changed"]:
+        flat = t.get("reward_std") and not any(t["reward_std"])
+        raise CapstoneError("train() ran but left every LoRA B matrix as it found it: no optimizer step changed the "
+                            "adapter. " + ("Every group's completions scored the same (reward_std 0 on each step "
+                            f"that sampled): no advantage, no gradient. A reward that reads a chat completion as a "
+                            f"string scores everything 0; 04's hint: {CHAT}; here text = completion[0][\"content\"]. "
+                            if flat else "") + "Fix: a learning rate above 0, and rewards that differ within a group "
+                            "(partial credit, e.g. for each format tag): a group whose completions all score the same "
+                            "teaches nothing.")
     adapter = out / "adapter"
     weights = adapter / "adapter_model.safetensors"
     if not (adapter / "adapter_config.json").is_file() or not weights.is_file():
         raise CapstoneError(f"training ran but no LoRA adapter was saved in --output-dir/adapter ({adapter}). Fix: "
                             "end with model.save_pretrained(f\"{args.output_dir}/adapter\") (peft writes "
                             "adapter_config.json and adapter_model.safetensors).")
+    from safetensors.numpy import load_file as load_numpy
     from safetensors.torch import load_file
 
-    b = [w for name, w in load_file(str(weights)).items() if "lora_B" in name]
-    if not b or not any(float(w.abs().sum()) > 0 for w in b):
-        raise CapstoneError("the saved adapter's LoRA B matrices are all zero: no optimizer step changed them. Fix: "
-                            "give the model a LoRA adapter before GRPOTrainer (get_peft_model), save that model, and "
-                            "use rewards that differ within a group (partial credit, e.g. for each format tag): a "
-                            "group whose completions all score the same teaches nothing.")
-    return {"steps": t["global_step"], "rewards": [rewards[s] for s in sorted(rewards)],
-            "reward_funcs": t["reward_funcs"], "lora_b_tensors": len(b),
-            "lora_b_nonzero": sum(float(w.abs().sum()) > 0 for w in b), "adapter": str(adapter)}
+    trained = load_numpy(str(tmp / TRAINED))
+    saved = {_lora_key(k): v.float().numpy() for k, v in load_file(str(weights)).items() if ".lora_B." in k}
+    matching = sum(k in trained and trained[k].shape == v.shape and bool(abs(trained[k] - v).max() <= 1e-6 + 1e-3 * abs(
+        trained[k]).max()) for k, v in saved.items())
+    if not saved or matching < len(saved):
+        raise CapstoneError(f"the saved adapter is not what train() trained: {len(saved) - matching} of its "
+                            f"{len(saved)} LoRA B matrices differ from the model's when training ended (changed after "
+                            "train(), or another model saved). Fix: save the model you gave GRPOTrainer right after "
+                            "trainer.train(): model.save_pretrained(f\"{args.output_dir}/adapter\").")
+    return t["lora_b_changed"], t["lora_b"]
+
+
+def _verdict(r, report: dict, out: Path, steps: int, tmp: Path) -> dict:
+    if report["failure"]:
+        names = [f["name"] for t in report["trainers"] for f in t.get("reward_funcs", [])]
+        raise CapstoneError(_explain_failure(report["failure"], r.stderr, steps, names))
+    t = _judge_trainer(report, steps)
+    _judge_rewards(t)
+    changed, total = _judge_adapter(t, out, tmp)
+    return {"steps": t["steps"], "rewards": t["reward_logs"], "reward_funcs": [f["name"] for f in t["reward_funcs"]],
+            "lora_b_tensors": total, "lora_b_changed": changed, "adapter": str(out / "adapter"),
+            "num_iterations": t["config"].get("num_iterations") or 1}
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
 
 
 def check(script="train_grpo.py", steps: int = STEPS, timeout: int = 900) -> CapstoneResult:
@@ -466,14 +397,15 @@ def check(script="train_grpo.py", steps: int = STEPS, timeout: int = 900) -> Cap
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "run"
             r, report = _run(script, steps, out, Path(tmp), timeout)
-            found = _verdict(r, report, out, steps)
+            found = _verdict(r, report, out, steps, Path(tmp))
     except CapstoneError as err:
         return CapstoneResult(False, str(err))
     rewards = ", ".join(f"{x:.3f}" for x in found["rewards"])
-    return CapstoneResult(True, f"TRL's GRPOTrainer trained {found['steps']} steps with your rewards "
-                                f"({', '.join(found['reward_funcs'])}; mean reward per step {rewards}), and "
-                                f"{found['lora_b_nonzero']} of the adapter's {found['lora_b_tensors']} LoRA B "
-                                "matrices changed.", found)
+    return CapstoneResult(True, f"TRL's GRPOTrainer trained {found['steps']} steps in your trainer.train() (counted "
+                                f"by the checker's callback) with your rewards ({', '.join(found['reward_funcs'])}; mean reward on the "
+                                f"{_steps(len(found['rewards']))} that sampled: {rewards}), {found['lora_b_changed']} of "
+                                f"the adapter's {found['lora_b_tensors']} LoRA B matrices changed through those steps, "
+                                "and the saved adapter is those trained weights.", found)
 
 
 def main(argv=None) -> int:

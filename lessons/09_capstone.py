@@ -3,16 +3,16 @@
 #
 # # 09 · Capstone: your own `train_grpo.py`
 #
-# 01-06 showed every call a GRPO project is made of; 05 ran them inside the kit's pipeline. Now write them yourself, in one script of about 50 lines, from a blank file to a saved LoRA adapter, without `helpers.train`, and check it the way an instructor would: the checker runs your script for 2 GRPO steps and says "Passed" or what to fix.
+# 01-06 showed every call a GRPO project is made of; 05 ran them inside the kit's pipeline. Now write them yourself, in one script of about 60 lines, from a blank file to a saved LoRA adapter, without `helpers.train`, and check it the way an instructor would: the checker runs your script for 2 GRPO steps and says "Passed" or what to fix.
 #
 # ## Learning objectives
 #
 # - Write a whole GRPO run: dataset -> model + LoRA -> rewards -> `GRPOConfig` -> `GRPOTrainer` -> `train()` -> saved adapter.
 # - Write reward functions with TRL's contract, with partial credit so a group's scores differ.
-# - Know what "it trained" means: TRL logged a reward at every step and the adapter's LoRA B matrices left zero.
+# - Know what "it trained" means: your `trainer.train()` ran the steps (counted by the checker's own callback), a reward was logged on each step that sampled (every `num_iterations`-th), the LoRA B matrices changed through those steps, and the saved adapter is those weights.
 # - Check a script from a notebook cell (`capstone.check`) or a terminal (`python -m helpers.capstone`).
 #
-# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model, about 45 s on a 2-core CPU (measured, 2026-11-25).
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), 1-2 minutes on a 2-core CPU (131 s measured on a loaded 2-core machine, 2026-11-27).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -53,15 +53,19 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 #
 # One script, `train_grpo.py`, that a terminal runs as `python train_grpo.py --max-steps N --output-dir DIR`:
 #
-# 1. **the dataset**: a `prompt` column (chat messages) and the columns your rewards read (`answer`):
-#    `helpers.data.synthetic_dataset(500, "train")` on a CPU (03), `helpers.data.load_gsm8k("train")` on a GPU;
+# 1. **the dataset**: a `prompt` column (chat messages) and the columns your rewards read (`answer`): 03's mapping,
+#    your `gsm8k_to_row`, over `helpers.data.synthetic_problems(2000, "train")` on a CPU or
+#    `helpers.data.gsm8k_records("train")` on a GPU, into `datasets.Dataset.from_list(...)`;
 # 2. **the model and its LoRA adapter**: on a CPU `helpers.model.prepare_embedded_model()` is the SmolLM2-135M folder
 #    for `AutoModelForCausalLM.from_pretrained`, then peft's `get_peft_model(model, LoraConfig(...))`; on a GPU
-#    `FastLanguageModel.from_pretrained(...)` and `FastLanguageModel.get_peft_model(...)` (02);
+#    `FastLanguageModel.from_pretrained(..., fast_inference=True)` (vLLM samples from the weights you train) and
+#    `FastLanguageModel.get_peft_model(...)` (02);
 # 3. **the rewards**, your own functions with TRL's contract `f(prompts, completions, answer, **kwargs) -> list[float]`
-#    (04): a correctness reward and a format reward with partial credit;
-# 4. **`GRPOConfig(...)`** (05): `max_steps=args.max_steps`, `logging_steps=1`; on a CPU `use_cpu=True, bf16=False`,
-#    on a T4 `fp16=True, bf16=False`;
+#    (04): a correctness reward that compares answers as numbers (`1,000` is `1000`), and a format reward with partial
+#    credit. A chat dataset's completion is a list of messages: its text is `completion[0]["content"]`;
+# 4. **`GRPOConfig(...)`** (05): `max_steps=args.max_steps`, `logging_steps=1`, the cpu preset's stable recipe on a
+#    CPU (8 completions per question, learning rate 2.5e-4, `num_iterations=2`: 05's measured runs show the earlier
+#    5e-4 with one step per batch collapsing) with `use_cpu=True, bf16=False`; on a T4 the t4 preset's, `fp16=True`;
 # 5. **`GRPOTrainer(model=..., processing_class=..., reward_funcs=[...], args=..., train_dataset=...)`** and
 #    `trainer.train()`; on a CPU call `helpers.run.trl_patches.patch_trl_for_cpu()` first (TRL's log-prob kernel needs
 #    Triton, which CPU PyTorch lacks);
@@ -69,7 +73,8 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 #
 # From the kit you may import only the data (`helpers.data`, `helpers.prompts`), the model's folder (`helpers.model`)
 # and the CPU patch (`helpers.run.trl_patches`, `helpers.cpu_compat`); the checker refuses the rest of `helpers/`
-# (the pipeline, the kit's rewards), naming the import and what to write instead.
+# (the pipeline, the kit's rewards) however it is reached (an import, `importlib`, `runpy`, `exec`, a subprocess
+# running `python -m helpers.train`), naming it and what to write instead.
 #
 # **Where the file lives.** The exercise cell below *is* the file's source: running it writes `train_grpo.py` into
 # `CAPSTONE_DIR` (`runs/capstone/` in the kit's folder, a folder of its own), replacing what was there. Edit the cell,
@@ -89,23 +94,25 @@ print(f"the exercise cell writes {SCRIPT}" + (" (a file is there now: the cell r
 # Exercise 9.1: write train_grpo.py: dataset -> model + LoRA -> your rewards -> GRPOConfig -> GRPOTrainer -> train -> save the adapter
 # SOLUTION
 """GRPO from scratch: dataset -> model + LoRA -> rewards -> GRPOConfig -> GRPOTrainer -> train -> saved adapter.
-On a CPU the embedded SmolLM2-135M with peft; on a GPU with the T4 lab's stack, Qwen2.5-1.5B in 4 bits with Unsloth.
-Check it (capstone/README.md): python -m helpers.capstone train_grpo.py"""
+On a CPU the embedded SmolLM2-135M with peft; on a GPU the T4 lab's stack: Qwen2.5-1.5B in 4 bits with Unsloth, vLLM
+generating from the same weights (fast_inference). Check it (capstone/README.md): python -m helpers.capstone train_grpo.py"""
 import argparse
 import importlib.util
-import re
 
 import torch
 
 GPU = torch.cuda.is_available() and importlib.util.find_spec("unsloth") is not None  # the T4 stack
 if GPU:
     from unsloth import FastLanguageModel  # before TRL: Unsloth patches TRL when it is imported
+from datasets import Dataset
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from helpers.data import load_gsm8k, synthetic_dataset
+from helpers import prompts
+from helpers.data import gsm8k_records, synthetic_problems
 from helpers.model import prepare_embedded_model
+from helpers.prompts import extract_answer  # the last <answer> block's text (None without one), as 06 reads it
 from helpers.run.trl_patches import patch_trl_for_cpu
 
 ap = argparse.ArgumentParser()
@@ -113,16 +120,29 @@ ap.add_argument("--max-steps", type=int, default=40)
 ap.add_argument("--output-dir", default="runs/capstone")
 args = ap.parse_args()
 
-# 1. The dataset (helpers.data: synthetic_dataset on a CPU, load_gsm8k on a GPU): prompt (chat messages), answer
-dataset = load_gsm8k("train") if GPU else synthetic_dataset(500, "train", seed=0)
 
-# 2. The model and its LoRA adapter: peft's get_peft_model on a CPU (the folder: prepare_embedded_model()),
-#    FastLanguageModel.from_pretrained + get_peft_model on a GPU. LoRA B starts at zero: training must change it
+# 1. The dataset: 03's mapping (gsm8k_to_row) over the questions: synthetic word problems on a CPU, GSM8K on a GPU
+#    record -> {"prompt" (chat messages), "answer" (the gold number), "question"}; a 135M model can learn the
+#    synthetic ones; the t4 preset's prompts have no worked example
+def gsm8k_to_row(record, worked_example=True):
+    """One GSM8K record {"question", "answer"} -> the row GRPOTrainer trains on: {"prompt", "answer", "question"}."""
+    solution = record["answer"]  # the worked solution; its last line is "#### <number>"
+    gold = solution.split("####")[-1].strip().replace(",", "")
+    messages = prompts.build_messages(record["question"], worked_example=worked_example)
+    return {"prompt": messages, "answer": gold, "question": record["question"]}
+
+
+records = gsm8k_records("train") if GPU else synthetic_problems(2000, "train", seed=0)
+dataset = Dataset.from_list([gsm8k_to_row(r, worked_example=not GPU) for r in records])
+
+# 2. The model and its LoRA adapter: peft on a CPU, Unsloth on a GPU (fast_inference=True: vLLM shares the weights)
+#    on a CPU the model's folder is prepare_embedded_model(); LoRA B starts at zero, training must change it
 LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 if GPU:
-    model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Qwen2.5-1.5B-Instruct",
-                                                         max_seq_length=768, load_in_4bit=True)
-    model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, target_modules=LAYERS,
+    model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Qwen2.5-1.5B-Instruct", max_seq_length=768,
+                                                         load_in_4bit=True, fast_inference=True, max_lora_rank=16,
+                                                         gpu_memory_utilization=0.3)
+    model = FastLanguageModel.get_peft_model(model, r=16, target_modules=LAYERS, lora_alpha=16,
                                              use_gradient_checkpointing="unsloth", random_state=0)
 else:
     tokenizer = AutoTokenizer.from_pretrained(prepare_embedded_model())
@@ -131,9 +151,18 @@ else:
 
 
 # 3. The rewards, TRL's contract: f(prompts, completions, answer, **kwargs) -> one float per completion
+#    a chat dataset's completion is [{"role": "assistant", "content": text}]; answers compare as numbers (04)
+def as_number(text):
+    """04: "1,000" is 1000, "$18" is 18, "72.0" is 72; two numbers ("11 or 12") or none is no answer."""
+    try:
+        return float(text.replace(",", "").replace("$", "").strip())
+    except (AttributeError, ValueError):
+        return None
+
+
 def correctness_reward(prompts, completions, answer, **kwargs):
-    found = [re.search(r"<answer>\s*([-\d.,]+)\s*</answer>", c[0]["content"]) for c in completions]
-    return [2.0 if m and m.group(1).replace(",", "") == str(a) else 0.0 for m, a in zip(found, answer)]
+    found = [as_number(extract_answer(c[0]["content"])) for c in completions]
+    return [2.0 if x is not None and x == float(gold) else 0.0 for x, gold in zip(found, answer)]
 
 
 def format_reward(completions, **kwargs):  # partial credit per tag: a group's scores differ, so it learns
@@ -141,11 +170,17 @@ def format_reward(completions, **kwargs):  # partial credit per tag: a group's s
     return [sum(0.125 for t in tags if c[0]["content"].count(t) == 1) for c in completions]
 
 
-# 4. The training settings: GRPOConfig(max_steps=args.max_steps, logging_steps=1, ...), use_cpu on a CPU, fp16 on a T4
+# 4. The training settings: GRPOConfig with the cpu preset's stable recipe on a CPU, the t4 preset's on a GPU
+#    05's measured runs: 5e-4 with one step per batch collapsed onto one answer; 2.5e-4 with each sampled batch
+#    trained on twice (num_iterations=2) learned on three seeds. max_steps=args.max_steps, logging_steps=1
 config = GRPOConfig(output_dir=args.output_dir, max_steps=args.max_steps, logging_steps=1, report_to="none",
-                    learning_rate=5e-6 if GPU else 5e-4, num_generations=4, per_device_train_batch_size=4,
-                    max_completion_length=256 if GPU else 64, beta=0.0, save_strategy="no",
-                    use_cpu=not GPU, bf16=False, fp16=GPU, gradient_checkpointing=False)  # fp16: a T4 has no bf16
+                    save_strategy="no", num_generations=6 if GPU else 8, per_device_train_batch_size=6 if GPU else 8,
+                    max_completion_length=256 if GPU else 64, temperature=1.0, beta=0.0,
+                    learning_rate=5e-6 if GPU else 2.5e-4, num_iterations=1 if GPU else 2,
+                    lr_scheduler_type="cosine" if GPU else "constant", warmup_steps=10 if GPU else 0,
+                    weight_decay=0.1 if GPU else 0.0, max_grad_norm=0.1 if GPU else 1.0,
+                    optim="adamw_8bit" if GPU else "adamw_torch", use_vllm=GPU, use_cpu=not GPU, bf16=False,
+                    fp16=GPU, gradient_checkpointing=False)  # fp16: a T4 has no bf16
 
 # 5. The trainer: patch_trl_for_cpu() on a CPU, then GRPOTrainer(...) and trainer.train()
 if not GPU:
@@ -167,9 +202,17 @@ capstone.check(SCRIPT)
 #
 # `capstone.check` reads the script first (fast: no model loads): it refuses a skeleton with its TODOs left, a syntax
 # error, an import of the kit's pipeline, a script that never uses `GRPOTrainer`. Then it runs it as
-# `python train_grpo.py --max-steps 2 --output-dir <a temporary folder>` and passes only if TRL's `GRPOTrainer` was
-# built and `train()` ran 2 steps, TRL logged a reward on each, and the saved adapter's LoRA B matrices are no
-# longer all zero. Each failure says what to do; TRL's missing-Triton error becomes "call `patch_trl_for_cpu()`".
+# `python train_grpo.py --max-steps 2 --output-dir <a temporary folder>` under a small bootstrap, and passes only if:
+#
+# - **your `trainer.train()` ran the 2 steps**: a callback the checker attaches to your trainer counts them (numbers
+#   written into `trainer.state` by hand do not count);
+# - **the rewards are yours**: every function in `reward_funcs` is defined in your files, not in `helpers/` or TRL;
+# - **a reward was logged on each step that sampled**: TRL samples a batch every `num_iterations` steps (with
+#   `num_iterations=2` the 2 steps log one reward), so `logging_steps=1`;
+# - **the adapter changed through those steps**, and the adapter you saved is the weights training left.
+#
+# The kit's pipeline does not count however it is reached. Each failure says what to do; TRL's missing-Triton error
+# becomes "call `patch_trl_for_cpu()`", a reward that reads a chat completion as a string gets 04's hint.
 #
 # The same check from a terminal in the kit's folder, or a Colab cell (the `!` runs a shell command), exits 0 when
 # it passes:
@@ -190,9 +233,9 @@ capstone.check(SCRIPT)
 #
 # - A GRPO run is six pieces: dataset, model + LoRA, rewards, `GRPOConfig`, `GRPOTrainer` + `train()`, the adapter.
 # - A reward that gives every completion of a group the same score teaches nothing: partial credit gives the group a spread.
-# - "It trained" is checkable: a reward logged at every step, LoRA B matrices that left zero.
+# - "It trained" is checkable: your `train()` ran the steps, a reward on each step that sampled, LoRA B matrices that changed through them and were saved.
 #
 # ## Exercises
 #
 # 1. Add a third reward (e.g. brevity, as in 04's exercise) and check again: its name appears in the "Passed" line.
-# 2. Train 40 steps with the script's defaults and compare the reward per step in `trainer_state.json` with 05's curve.
+# 2. Train 40 steps with the script's defaults and compare the `reward` TRL prints on each step that samples with 05's curve.

@@ -2,9 +2,11 @@
 
 The scripts here train a fake GRPOTrainer: a `trl` and a `transformers` package written into a temporary folder put
 first on PYTHONPATH, shaped like the real ones where the checker looks (transformers.trainer.Trainer with
-__init__, train and state.log_history; trl.GRPOTrainer subclassing it). The real path, TRL 1.15 training the
-reference solution for 2 CPU steps, runs once in CI: tests/test_notebooks.py executes notebooks/09_capstone.ipynb,
-whose script is the reference solution (checked below) and whose last cell is the check.
+__init__, train, add_callback and the callback events; trl.GRPOTrainer subclassing it, sampling and scoring every
+num_iterations steps as TRL does, its LoRA B moving only when a group's scores differ). The real path, TRL 1.15
+training the reference solution (num_iterations=2) for 2 CPU steps, runs once in CI: tests/test_notebooks.py
+executes notebooks/09_capstone.ipynb, whose script is the reference solution (checked below) and whose last cell is
+the check.
 """
 
 from __future__ import annotations
@@ -26,15 +28,26 @@ REFERENCE = ROOT / "capstone" / "solution" / "train_grpo.py"
 NOTEBOOK = ROOT / "notebooks" / "09_capstone.ipynb"
 STUDENT_NOTEBOOK = ROOT / "notebooks" / "student" / "09_capstone.ipynb"
 
+FAKE_TRANSFORMERS = '''
+class TrainerCallback:
+    pass
+'''
 FAKE_TRANSFORMERS_TRAINER = '''
 class TrainerState:
     def __init__(self):
-        self.global_step, self.log_history = 0, []
+        self.global_step, self.max_steps, self.log_history = 0, 0, []
 
 
 class Trainer:
-    def __init__(self, args=None, **kwargs):
-        self.args, self.state = args, TrainerState()
+    def __init__(self, model=None, args=None, **kwargs):
+        self.model, self.args, self.state, self.callbacks = model, args, TrainerState(), []
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def event(self, name, **kwargs):
+        for callback in self.callbacks:
+            getattr(callback, name, lambda *a, **k: None)(self.args, self.state, None, **kwargs)
 
     def train(self):
         self._inner_training_loop()
@@ -42,6 +55,8 @@ class Trainer:
     def _inner_training_loop(self):
         pass
 '''
+# TRL's arithmetic where the checker looks: a batch is sampled (and its rewards scored) every num_iterations steps;
+# log() reports the metrics gathered since the last log, so a step that did not sample logs no reward.
 FAKE_TRL = '''
 import json
 from pathlib import Path
@@ -52,28 +67,52 @@ from transformers.trainer import Trainer
 
 
 class GRPOConfig:
-    def __init__(self, max_steps=1, logging_steps=1, **kwargs):
-        self.max_steps, self.logging_steps = max_steps, logging_steps
+    def __init__(self, max_steps=1, logging_steps=1, num_iterations=1, learning_rate=0.1, **kwargs):
+        self.max_steps, self.logging_steps, self.num_iterations = max_steps, logging_steps, num_iterations
+        self.learning_rate, self.gradient_accumulation_steps, self.steps_per_generation = learning_rate, 1, 1
+
+
+class LoraModel:
+    """peft's names: lora_B starts at zero; save_pretrained drops the adapter's name (.default)."""
+
+    def __init__(self):
+        self.weights = {"base_model.q_proj.lora_A.default.weight": np.ones((2, 4), np.float32),
+                        "base_model.q_proj.lora_B.default.weight": np.zeros((4, 2), np.float32)}
+
+    def named_parameters(self):
+        return list(self.weights.items())
+
+    def save_pretrained(self, folder):
+        Path(folder).mkdir(parents=True)
+        (Path(folder) / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+        save_file({k.replace(".default", ""): v for k, v in self.weights.items()},
+                  str(Path(folder) / "adapter_model.safetensors"))
 
 
 class GRPOTrainer(Trainer):
     def __init__(self, model=None, reward_funcs=(), args=None, **kwargs):
-        super().__init__(args=args)
-        self.reward_func_names = [f.__name__ for f in reward_funcs]
+        super().__init__(model=model, args=args)
+        self.reward_funcs = list(reward_funcs)
 
     def _inner_training_loop(self):
+        self.state.max_steps, metrics = self.args.max_steps, []
+        self.event("on_train_begin")
         for step in range(1, self.args.max_steps + 1):
             self.state.global_step = step
+            if (step - 1) % self.args.num_iterations == 0:  # sample a group of 2, score it
+                totals = np.sum([f(prompts=["q"] * 2, completions=[[{"role": "assistant", "content": "a"}]] * 2)
+                                 for f in self.reward_funcs], axis=0)
+                metrics.append(0.25 * step)
+            # no spread in the group, no advantage, no gradient: the adapter moves only when the scores differ
+            self.model.weights["base_model.q_proj.lora_B.default.weight"] += self.args.learning_rate * (totals.std() > 0)
+            self.event("on_step_end")
             if step % self.args.logging_steps == 0:
-                self.state.log_history.append({"step": step, "reward": 0.25 * step})
-
-
-def save_adapter(folder, value=1.0):
-    """What peft's save_pretrained writes, as far as the checker reads it."""
-    Path(folder).mkdir(parents=True)
-    (Path(folder) / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
-    save_file({"q_proj.lora_A.weight": np.ones((2, 4), np.float32),
-               "q_proj.lora_B.weight": np.full((4, 2), value, np.float32)}, str(Path(folder) / "adapter_model.safetensors"))
+                logs = {"loss": 0.0, **({"reward": sum(metrics) / len(metrics), "reward_std": float(totals.std())}
+                                        if metrics else {})}
+                metrics.clear()
+                self.state.log_history.append({**logs, "step": step})
+                self.event("on_log", logs=logs)
+        self.event("on_train_end")
 '''
 CONTRACT = '''
 import argparse
@@ -83,16 +122,17 @@ ap.add_argument("--output-dir", default="runs/capstone")
 args = ap.parse_args()
 '''
 GOOD = CONTRACT + '''
-from trl import GRPOConfig, GRPOTrainer, save_adapter
+from trl import GRPOConfig, GRPOTrainer, LoraModel
 
 
 def my_reward(prompts, completions, **kwargs):
-    return [1.0 for _ in completions]
+    return [float(i % 2) for i, _ in enumerate(completions)]
 
 
-trainer = GRPOTrainer(model=None, reward_funcs=[my_reward], args=GRPOConfig(max_steps=args.max_steps))
+model = LoraModel()
+trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=GRPOConfig(max_steps=args.max_steps))
 trainer.train()
-save_adapter(f"{args.output_dir}/adapter")
+model.save_pretrained(f"{args.output_dir}/adapter")
 '''
 
 
@@ -101,7 +141,7 @@ def fake_trl(tmp_path, monkeypatch):
     """A fake trl and transformers first on the script's PYTHONPATH (the checker puts the kit's folder before it)."""
     site = tmp_path / "site"
     (site / "transformers").mkdir(parents=True)
-    (site / "transformers" / "__init__.py").write_text("")
+    (site / "transformers" / "__init__.py").write_text(FAKE_TRANSFORMERS)
     (site / "transformers" / "trainer.py").write_text(FAKE_TRANSFORMERS_TRAINER)
     (site / "trl").mkdir()
     (site / "trl" / "__init__.py").write_text(FAKE_TRL)
@@ -128,8 +168,10 @@ def _not_yet(result, *phrases):
 def test_a_script_that_trains_a_grpo_trainer_passes(tmp_path, fake_trl, capsys):
     result = capstone.check(_script(tmp_path, GOOD))
     assert result.passed and repr(result).startswith("Passed: "), repr(result)
-    assert "trained 2 steps" in repr(result) and "my_reward" in repr(result) and "0.250, 0.500" in repr(result)
-    assert result.details["lora_b_nonzero"] == result.details["lora_b_tensors"] == 1
+    assert repr(result).startswith("Passed: TRL's GRPOTrainer trained 2 steps in your trainer.train() (counted by "
+                                            "the checker's callback)") and "my_reward" in repr(result)
+    assert "the 2 steps that sampled: 0.250, 0.500" in repr(result) and "the saved adapter is those trained weights" in repr(result)
+    assert result.details["lora_b_changed"] == result.details["lora_b_tensors"] == 1
     capsys.readouterr()
     assert capstone.main([str(tmp_path / "train_grpo.py")]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -227,6 +269,61 @@ def test_the_kit_pipeline_imported_at_runtime_is_refused(tmp_path, fake_trl):
              "GRPOTrainer(...) yourself")
 
 
+@pytest.mark.parametrize("reach, how", [
+    ("import runpy\nrunpy.run_module('helpers.' + 'train', run_name='not_main')", "imports helpers.train"),
+    ("import runpy\nrunpy.run_path(HELPERS + '/train.py', run_name='not_main')", "reads the source of helpers.train"),
+    ("exec(compile(open(HELPERS + '/run/pipeline.py').read(), 'x.py', 'exec'))",
+     "reads the source of helpers.run.pipeline"),
+    ("__import__('helpers.run.' + 'pipeline')", "imports helpers.run.pipeline"),
+    ("exec(compile('import helpers.train', HELPERS + '/data.py', 'exec'))",  # posing as an allowed module
+     "compiles code under the file name of helpers.data"),
+    ("f = lambda: __import__('helpers.' + 'train')\nf.__code__ = f.__code__.replace(co_filename=HELPERS + '/data.py')",
+     "compiles code under the file name of helpers.data"),
+    ("import importlib.util\nimportlib.util.find_spec('helpers.' + 'train')", "imports helpers.train"),
+])
+def test_the_pipeline_reached_without_an_import_statement_is_refused(tmp_path, fake_trl, reach, how):
+    """The issue's first cheat: the kit's pipeline run without an import statement naming it (runpy, exec, a name
+    built at runtime). Refused whatever the script does afterwards, even if it also trains for real."""
+    code = GOOD.replace("trainer.train()", f"HELPERS = {str(capstone.HELPERS)!r}\ntry:\n    "
+                        + reach.replace("\n", "\n    ") + "\nexcept Exception:\n    pass\ntrainer.train()")
+    _not_yet(capstone.check(_script(tmp_path, code)), f"while running, train_grpo.py {how}", "Fix: ",
+             "From the kit you may import only")
+
+
+@pytest.mark.parametrize("spawn", ["subprocess.run([sys.executable, '-m', 'helpers.train', '--help'])",
+                                   "os.system('python3 -c pass')",
+                                   "subprocess.run('echo go && python -m helpers.' + 'train', shell=True)"])
+def test_a_python_subprocess_is_refused(tmp_path, fake_trl, spawn):
+    code = GOOD.replace("trainer.train()", f"import os, subprocess, sys\n{spawn}\ntrainer.train()")
+    started = time.monotonic()
+    _not_yet(capstone.check(_script(tmp_path, code)), "while running, train_grpo.py starts another Python",
+             "no subprocess")
+    assert time.monotonic() - started < 20  # stopped before it starts: the kit's pipeline never loads
+
+
+def test_a_non_python_subprocess_is_allowed(tmp_path, fake_trl):
+    code = GOOD.replace("trainer.train()", "import subprocess\nsubprocess.run(['true'])\ntrainer.train()")
+    assert capstone.check(_script(tmp_path, code)).passed
+
+
+def test_the_kit_modules_the_allowed_ones_import_are_not_the_students(tmp_path, fake_trl):
+    """helpers.model imports helpers.runtime and helpers.backend itself: allowed. The script importing
+    helpers.runtime by a name built at runtime is not, even once it is loaded."""
+    allowed = GOOD.replace("from trl import", "from helpers.model import prepare_embedded_model\nfrom trl import")
+    assert capstone.check(_script(tmp_path, allowed)).passed
+    direct = allowed.replace("trainer.train()", "import importlib\nimportlib.import_module('helpers.' + 'runtime')"
+                                                "\ntrainer.train()")
+    _not_yet(capstone.check(_script(tmp_path, direct)), "train_grpo.py imports helpers.runtime")
+
+
+def test_kit_module_names_a_file_of_helpers():
+    assert capstone.kit_module(str(capstone.HELPERS / "run" / "pipeline.py")) == "helpers.run.pipeline"
+    assert capstone.kit_module(str(capstone.HELPERS / "__pycache__" / "train.cpython-311.pyc")) == "helpers.train"
+    assert capstone.kit_module(str(capstone.HELPERS / "run" / "__init__.py")) == "helpers.run"
+    assert capstone.kit_module(str(capstone.KIT / "capstone" / "solution" / "train_grpo.py")) is None
+    assert capstone.kit_module(3) is None and capstone.kit_module("<string>") is None
+
+
 def test_a_student_module_that_imports_the_pipeline_is_refused(tmp_path, fake_trl):
     (tmp_path / "mine.py").write_text("from helpers.run import pipeline  # noqa\n")
     _not_yet(capstone.check(_script(tmp_path, "import mine\n" + GOOD)), "mine.py imports helpers.run.pipeline")
@@ -238,13 +335,99 @@ def test_a_trainer_that_is_never_built(tmp_path, fake_trl):
 
 
 def test_another_trainer_is_not_grpo(tmp_path, fake_trl):
-    code = GOOD.replace("trainer = GRPOTrainer(model=None, reward_funcs=[my_reward], ",
-                        "from transformers.trainer import Trainer\ntrainer = Trainer(")
+    code = GOOD.replace("trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], ",
+                        "from transformers.trainer import Trainer\ntrainer = Trainer(model=model, ")
     _not_yet(capstone.check(_script(tmp_path, code + "GRPOTrainer\n")), "it built transformers.trainer.Trainer")
 
 
 def test_a_trainer_that_never_trains(tmp_path, fake_trl):
     _not_yet(capstone.check(_script(tmp_path, GOOD.replace("trainer.train()", ""))), "never called trainer.train()")
+
+
+def test_state_written_by_hand_and_lora_noise_without_train_is_refused(tmp_path, fake_trl):
+    """The issue's second cheat: a GRPOTrainer built, train() never called, trainer.state written by hand (steps and
+    rewards in log_history) and the LoRA B matrices filled with noise, then saved."""
+    code = GOOD.replace("trainer.train()", """import numpy as np
+trainer.state.global_step = args.max_steps
+trainer.state.log_history += [{"step": s, "reward": 1.0} for s in range(1, args.max_steps + 1)]
+for name, w in model.named_parameters():
+    if "lora_B" in name:
+        w += np.random.default_rng(0).normal(size=w.shape).astype(w.dtype)""")
+    _not_yet(capstone.check(_script(tmp_path, code)), "never called trainer.train()", "does not count",
+             "the checker counts the steps train() runs")
+
+
+def test_lora_noise_after_a_train_that_changed_nothing_is_refused(tmp_path, fake_trl):
+    """train() called with nothing learned, the adapter filled with noise afterwards: it did not change THROUGH the
+    steps; and noise added after a real train() is not the trained weights."""
+    noise = """trainer.train()
+for name, w in model.named_parameters():
+    if "lora_B" in name:
+        w += 0.5"""
+    frozen = GOOD.replace("GRPOConfig(max_steps=args.max_steps)", "GRPOConfig(max_steps=args.max_steps, learning_rate=0)")
+    _not_yet(capstone.check(_script(tmp_path, frozen.replace("trainer.train()", noise))),
+             "left every LoRA B matrix as it found it")
+    _not_yet(capstone.check(_script(tmp_path, GOOD.replace("trainer.train()", noise))),
+             "the saved adapter is not what train() trained: 1 of its 1 LoRA B matrices differ",
+             "model.save_pretrained(f\"{args.output_dir}/adapter\")")
+
+
+def test_num_iterations_2_passes_with_a_reward_on_each_sampling_step(tmp_path, fake_trl):
+    """05's CPU recipe: TRL samples (and logs a reward) every num_iterations-th step; 2 steps log 1 reward."""
+    code = GOOD.replace("GRPOConfig(max_steps=args.max_steps)", "GRPOConfig(max_steps=args.max_steps, num_iterations=2)")
+    result = capstone.check(_script(tmp_path, code))
+    assert result.passed, repr(result)
+    assert "mean reward on the 1 step that sampled: 0.250" in result.message and result.details["num_iterations"] == 2
+    fewer = code.replace("num_iterations=2)", "num_iterations=2, logging_steps=3)")
+    _not_yet(capstone.check(_script(tmp_path, fewer)), "a reward on 0 of the 1 step that sampled",
+             "num_iterations=2: a reward every 2 steps", "logging_steps=1")
+
+
+def test_a_reward_that_silently_reads_chat_completions_as_strings_gets_04s_hint(tmp_path, fake_trl):
+    """`"<answer>" in completion` is False for every chat completion (a list): every score 0, no spread, nothing
+    learned, and no error. The refusal names the likely cause with 04's hint."""
+    from helpers.teaching.exercises import nb04
+
+    code = GOOD.replace("    return [float(i % 2) for i, _ in enumerate(completions)]",
+                        "    return [1.0 if '<answer>' in c else 0.0 for c in completions]")
+    message = _not_yet(capstone.check(_script(tmp_path, code)), "left every LoRA B matrix as it found it",
+                       "reward_std 0 on each step that sampled", 'text = completion[0]["content"]')
+    assert nb04.CHAT in message
+
+
+def test_rewards_must_be_written_in_the_students_files(tmp_path, fake_trl):
+    made = GOOD.replace("trainer = GRPOTrainer(", "ns = {}\nexec('def made(prompts, completions, **kw):\\n    "
+                        "return [0.0] * len(completions)', ns)\nmy_reward = ns['made']\ntrainer = GRPOTrainer(")
+    _not_yet(capstone.check(_script(tmp_path, made)), "made was made by exec or eval (<string>)",
+             "Fix: write your reward functions in train_grpo.py", "reward_funcs=[...]")
+    none = GOOD.replace("reward_funcs=[my_reward]", "reward_funcs=[]")
+    _not_yet(capstone.check(_script(tmp_path, none)), "GRPOTrainer got no reward function")
+
+
+def test_reward_problem_names_where_a_reward_came_from():
+    import trl
+
+    from helpers import rewards
+
+    assert capstone.reward_problem(capstone._origin(rewards.correctness_reward)) == (
+        "correctness_reward is the kit's (helpers.rewards), not yours")
+    trl_reward = {"name": "accuracy_reward", "module": "trl.rewards", "file": trl.__file__}
+    assert "comes from an installed library (trl.rewards" in capstone.reward_problem(trl_reward)
+    assert "not a Python function" in capstone.reward_problem(capstone._origin(len))
+    mine = capstone._origin(test_reward_problem_names_where_a_reward_came_from)
+    assert mine["file"] == __file__ and capstone.reward_problem(mine) is None
+
+
+def test_a_reward_reading_chat_completions_as_strings_gets_04s_hint(tmp_path, fake_trl):
+    """TRL passes a chat dataset's completions as [{"role": "assistant", "content": ...}]: re.search on one raises
+    TypeError. The fix reuses 04's hint (helpers.teaching.exercises.nb04), not a generic traceback."""
+    from helpers.teaching.exercises import nb04
+
+    code = GOOD.replace("    return [float(i % 2) for i, _ in enumerate(completions)]",
+                        "    import re\n    return [1.0 if re.search('<answer>', c) else 0.0 for c in completions]")
+    message = _not_yet(capstone.check(_script(tmp_path, code)), "your reward my_reward reads a completion as a string",
+                       "TypeError", "Fix: ", 'completion[0]["content"]')
+    assert f"04's hint: {nb04.CHAT}" in message and "Traceback" not in message
 
 
 def test_the_missing_triton_kernel_names_the_cpu_patch(tmp_path, fake_trl):
@@ -267,38 +450,105 @@ def test_an_unknown_failure_shows_the_traceback(tmp_path, fake_trl):
 
 def test_max_steps_must_reach_grpo_config(tmp_path, fake_trl):
     _not_yet(capstone.check(_script(tmp_path, GOOD.replace("max_steps=args.max_steps", "max_steps=3"))),
-             "ran 3 steps, not the 2", "GRPOConfig(max_steps=args.max_steps")
+             "train() ran 3 steps, not the 2", "GRPOConfig(max_steps=args.max_steps")
 
 
 def test_rewards_logged_on_fewer_steps(tmp_path, fake_trl):
     code = GOOD.replace("GRPOConfig(max_steps=args.max_steps)", "GRPOConfig(max_steps=args.max_steps, logging_steps=2)")
-    _not_yet(capstone.check(_script(tmp_path, code)), "a reward on 1 of the 2 steps", "logging_steps=1")
+    _not_yet(capstone.check(_script(tmp_path, code)), "a reward on 1 of the 2 steps that sampled", "logging_steps=1")
 
 
 def test_no_adapter(tmp_path, fake_trl):
-    _not_yet(capstone.check(_script(tmp_path, GOOD.replace('save_adapter(f"{args.output_dir}/adapter")', ""))),
+    _not_yet(capstone.check(_script(tmp_path, GOOD.replace('model.save_pretrained(f"{args.output_dir}/adapter")', ""))),
              "no LoRA adapter was saved", "model.save_pretrained(f\"{args.output_dir}/adapter\")")
 
 
-def test_an_adapter_that_did_not_change(tmp_path, fake_trl):
-    code = GOOD.replace('save_adapter(f"{args.output_dir}/adapter")', 'save_adapter(f"{args.output_dir}/adapter", 0.0)')
-    _not_yet(capstone.check(_script(tmp_path, code)), "LoRA B matrices are all zero", "differ within a group")
+def test_an_adapter_that_did_not_change_through_training(tmp_path, fake_trl):
+    code = GOOD.replace("GRPOConfig(max_steps=args.max_steps)", "GRPOConfig(max_steps=args.max_steps, learning_rate=0)")
+    _not_yet(capstone.check(_script(tmp_path, code)), "left every LoRA B matrix as it found it", "differ within a group")
 
 
 # ------------------------------------------------------------------------------------- the reference solution
 
 
-def test_reference_solution_is_about_forty_lines_of_real_calls():
+def test_reference_solution_is_about_fifty_lines_of_real_calls():
     """The calls a student writes are called in the code (not in a comment or a string), the rewards are its own,
     and the checker's own static rules accept it."""
     code = [line for line in REFERENCE.read_text().splitlines() if line.strip() and not line.strip().startswith("#")]
-    assert 40 <= len(code) <= 60
+    assert 40 <= len(code) <= 75
     tree = ast.parse(REFERENCE.read_text())
     called = {ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     assert {"GRPOConfig", "GRPOTrainer", "trainer.train", "get_peft_model", "model.save_pretrained",
             "FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model", "patch_trl_for_cpu"} <= called
-    assert {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} == {"correctness_reward", "format_reward"}
+    assert {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} == {
+        "gsm8k_to_row", "as_number", "correctness_reward", "format_reward"}
     capstone.read_script(REFERENCE)
+
+
+def _function(tree, name):
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_reference_dataset_step_is_03s_mapping():
+    """The solution's gsm8k_to_row is lesson 03's solution cell, statement for statement (comments aside)."""
+    lesson = ast.parse((ROOT / "lessons" / "03_data.py").read_text())
+    mine = ast.parse(REFERENCE.read_text())
+    assert ast.dump(_function(mine, "gsm8k_to_row")) == ast.dump(_function(lesson, "gsm8k_to_row"))
+    assert "gsm8k_to_row(r, worked_example=not GPU) for r in records" in REFERENCE.read_text()
+
+
+def _settings(gpu: bool) -> dict:
+    """The reference's GRPOConfig keywords, evaluated as they run on a CPU (gpu=False) or on the T4 stack."""
+    call = next(n for n in ast.walk(ast.parse(REFERENCE.read_text()))
+                if isinstance(n, ast.Call) and ast.unparse(n.func) == "GRPOConfig")
+    env = {"GPU": gpu, "args": type("Args", (), {"max_steps": 40, "output_dir": "out"})}
+    return {k.arg: eval(compile(ast.Expression(k.value), "ref", "eval"), env) for k in call.keywords}
+
+
+@pytest.mark.parametrize("gpu, preset", [(False, "cpu"), (True, "t4")])
+def test_reference_recipe_is_the_presets_stable_one(gpu, preset):
+    """The cpu preset's recipe (2.5e-4, each sampled batch trained on twice: 05's measured runs; the earlier 5e-4 with
+    one step per batch collapsed), the t4 preset's on a GPU: every GRPOConfig setting the kit takes from a preset."""
+    from helpers.config import GRPO_CONFIG_FIELDS, get_preset
+
+    p, mine = get_preset(preset), _settings(gpu)
+    expected = {f: getattr(p, f) for f in GRPO_CONFIG_FIELDS if f not in ("max_steps", "seed", "scale_rewards")}
+    assert {f: mine.get(f, 1 if f == "gradient_accumulation_steps" else None) for f in expected} == expected  # 1: TRL's
+    assert mine["use_vllm"] is gpu and mine["fp16"] is gpu and mine["use_cpu"] is not gpu
+
+
+def test_reference_compares_answers_as_numbers():
+    """04's lesson: 1,000 is 1000, $18 is 18, 72.0 is 72; a hedge or no <answer> block scores 0."""
+    from helpers.prompts import extract_answer
+
+    tree = ast.parse(REFERENCE.read_text())
+    env = {"extract_answer": extract_answer}
+    for name in ("as_number", "correctness_reward"):
+        exec(compile(ast.Module([_function(tree, name)], []), "ref", "exec"), env)  # noqa: S102 - the shipped file
+    cases = {"1,000": "1000", "$18": "18", "72.0": "72", "11 or 12": "12", "13": "12"}
+    completions = [[{"role": "assistant", "content": f"<reasoning>x</reasoning>\n<answer>\n{a}\n</answer>"}]
+                   for a in cases] + [[{"role": "assistant", "content": "12"}]]
+    scores = env["correctness_reward"]([None] * 6, completions, [*cases.values(), "12"])
+    assert scores == [2.0, 2.0, 2.0, 0.0, 0.0, 0.0]
+
+
+def test_reference_gpu_branch_loads_with_fast_inference_the_pinned_unsloth_takes():
+    """The GPU branch is the course's subject: Unsloth loads the 4-bit model with vLLM sharing its weights
+    (fast_inference=True), and every keyword is one the pinned unsloth's from_pretrained accepts (read from its
+    source, as tests/test_gpu_contracts.py does)."""
+    import pinned_source as ps
+
+    tree = ast.parse(REFERENCE.read_text())
+    [call] = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and ast.unparse(n.func) == "FastLanguageModel.from_pretrained"]
+    keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    assert keywords["fast_inference"] is True and keywords["load_in_4bit"] is True
+    try:
+        problems = ps.unknown_kwargs(sorted(keywords), [ps.Target("unsloth", "unsloth/models/loader.py",
+                                                                  "FastLanguageModel.from_pretrained")])
+    except ps.PinnedSourceError as err:
+        pytest.fail(f"could not obtain the pinned source of unsloth: {err}", pytrace=False)
+    assert not problems, problems
 
 
 def _keywords(tree, call: str) -> set[str]:

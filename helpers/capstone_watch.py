@@ -1,0 +1,366 @@
+"""The capstone checker's watch, inside the student's interpreter (helpers.capstone runs the script under
+`_bootstrap`): the steps the student's own trainer.train() runs, counted by a TrainerCallback only this module holds,
+the LoRA B matrices before and after them, the reward functions' origin, and every use of the kit's pipeline however
+it is reached (an import by any mechanism, its source read or exec'd, a Python subprocess), noted and stopped.
+helpers.capstone reads the report this writes and judges it."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import re
+import runpy
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+
+KIT = Path(__file__).resolve().parents[1]
+HELPERS = KIT / "helpers"
+REPORT = "capstone_report.json"
+KIT_USE = "capstone_kit_use.jsonl"  # the kit's pipeline used, one line each, as it happens
+TRAINED = "capstone_trained_lora_b.safetensors"  # the LoRA B matrices when train() ended
+# What a capstone script may import from the kit: the data, the answer format, the embedded model's folder, the
+# CPU stand-in for TRL's Triton kernel. The rest is the pipeline the student is asked to write.
+ALLOWED = ("helpers", "helpers.data", "helpers.prompts", "helpers.model", "helpers.run.trl_patches",
+           "helpers.cpu_compat")
+
+
+def _is_module(name: str) -> bool:
+    parts = name.split(".")
+    return (KIT.joinpath(*parts).with_suffix(".py").is_file()
+            or (KIT.joinpath(*parts) / "__init__.py").is_file())
+
+
+def _named_modules(module: str, names) -> list[str]:
+    """The kit modules `from module import names` reaches: `from helpers import train` names helpers.train, a
+    submodule; `from helpers.data import gsm8k_rows` names helpers.data itself."""
+    return [f"{module}.{name}" for name in names or () if _is_module(f"{module}.{name}")] or [module]
+
+
+def _allowed(module: str) -> bool:
+    """An allowed module, or a package above one (helpers.run imports none of its modules): `from helpers.run import
+    pipeline` is judged by the module it names, helpers.run.pipeline."""
+    return module in ALLOWED or any(allowed.startswith(module + ".") for allowed in ALLOWED)
+
+
+
+_HELPERS_PREFIX = str(HELPERS) + os.sep
+CHECKER = ("helpers.capstone", "helpers.capstone_watch")  # the checker's own frames: never the student's
+_STDLIB = tuple({sysconfig.get_paths()["stdlib"] + os.sep, os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep})
+_LIBRARY_DIRS = ("site-packages", "dist-packages")
+# What starts a process, and which of the audit event's arguments is its command line.
+_SPAWN_ARG = {"subprocess.Popen": 1, "os.system": 0, "os.exec": 1, "os.posix_spawn": 1, "os.spawn": 2}
+_FORGING = ("compile", "code.__new__")  # their second argument: the file name the code will carry
+_EVENTS = frozenset({"open", "exec", *_FORGING, *_SPAWN_ARG})
+_PYTHON_RE = re.compile(r"python[\d.]*w?(\.exe)?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _kit_module_of(filename: str) -> str | None:
+    path = filename if filename.startswith(_HELPERS_PREFIX) else os.path.realpath(filename)
+    if not path.startswith(_HELPERS_PREFIX) or not path.endswith((".py", ".pyc")):
+        return None
+    parts = [p for p in Path(path).relative_to(KIT).parts if p != "__pycache__"]
+    stem = parts[-1].split(".")[0]  # train.py, train.cpython-311.pyc
+    return ".".join(parts[:-1] + ([] if stem == "__init__" else [stem]))
+
+
+def kit_module(filename) -> str | None:
+    """The helpers module a source or compiled file is (helpers/run/pipeline.py -> helpers.run.pipeline), else None."""
+    try:
+        filename = os.fsdecode(filename)
+    except TypeError:  # a file descriptor
+        return None
+    return _kit_module_of(filename) if "helpers" in filename else None
+
+
+def _library_file(filename: str) -> bool:
+    return filename.startswith(_STDLIB) or any(d in Path(filename).parts for d in _LIBRARY_DIRS)
+
+
+def _python_command(argv) -> tuple[str, bool]:
+    """A process's command line as text, and whether it starts a Python interpreter."""
+    try:
+        words = os.fsdecode(argv).split() if isinstance(argv, (str, bytes, os.PathLike)) else [
+            os.fsdecode(a) for a in argv]
+    except TypeError:
+        return str(argv), False
+    python = any(_PYTHON_RE.fullmatch(os.path.basename(w)) or w == sys.executable for w in words)
+    return " ".join(words), python
+
+
+class _Recorder:
+    """Lives in the student's interpreter: what the script built and trained, counted by a callback only the
+    checker holds, and every use of the kit's pipeline, however it was reached."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.report = folder, folder / REPORT
+        self.trainers, self.used = [], []
+        # Kit modules whose code may run: the allowed ones, and those they import themselves (helpers.model imports
+        # helpers.runtime). The rest of helpers/ is the pipeline: refused whoever imports, reads or execs it.
+        self.trusted = {m for m in ALLOWED if not (KIT.joinpath(*m.split(".")) / "__init__.py").is_file()}
+        self.watching, self._busy = True, False
+
+    def note(self, text: str) -> None:
+        """One line of what the script is doing, for the checker to show as it happens (progress)."""
+        with open(self.report.with_suffix(".progress"), "a") as f:
+            f.write(text + "\n")
+
+    # -- the kit's pipeline, however it is reached
+    @staticmethod
+    def entry(frame) -> str | None:
+        """The kit module the running code entered helpers/ through: the outermost kit frame (the checker's own
+        frames aside). None: no kit code on the stack, so the script (or exec'd text) is asking."""
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_filename)
+            frame = frame.f_back
+        return next((m for m in map(kit_module, reversed(names)) if m and m not in CHECKER), None)
+
+    @staticmethod
+    def requester(frame) -> str:
+        """The innermost file that is neither Python's own nor the checker's: whose code asked."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not name.startswith("<frozen") and not name.startswith(_STDLIB) and kit_module(name) not in CHECKER:
+                return name
+            frame = frame.f_back
+        return "the script"
+
+    def refuse(self, kind: str, module: str, frame, detail: str = "") -> None:
+        """Note a use of the kit's pipeline (in a file too: a forked child's note outlives it) and stop it."""
+        use = {"kind": kind, "module": module, "requester": self.requester(frame), "detail": detail}
+        self.used.append(use)
+        with open(self.folder / KIT_USE, "a") as f:
+            f.write(json.dumps(use) + "\n")
+        error = ImportError if kind == "import" else PermissionError
+        raise error(f"the capstone checker refuses {kind} of {module}: the kit's pipeline is not yours to run")
+
+    def check_import(self, name: str, fromlist, frame) -> None:
+        if name != "helpers" and not name.startswith("helpers."):
+            return
+        modules = [m for m in _named_modules(name, fromlist) if not _allowed(m)]
+        if not modules or not self.watching:
+            return
+        if self.entry(frame) in self.trusted:  # the kit's allowed code importing what it needs
+            self.trusted.update(modules)
+            return
+        self.refuse("import", modules[0], frame)
+
+    def audit(self, event: str, args) -> None:
+        """sys.addaudithook: a kit file opened (its source read) or its code exec'd, a process started."""
+        if not self.watching or self._busy or event not in _EVENTS:
+            return
+        if event in _FORGING:  # code given a kit file's name (compile, code.replace): the import system's only
+            module = kit_module(args[1])
+            if module and not sys._getframe(1).f_code.co_filename.startswith("<frozen"):
+                self.refuse("forging", module, sys._getframe(1))
+            return
+        if event in ("open", "exec"):  # every file opened, every module run: only a kit file's costs more
+            module = kit_module(args[0] if event == "open" else getattr(args[0], "co_filename", ""))
+            if not module or module in self.trusted or _allowed(module) or module in CHECKER:
+                return
+        self._busy = True  # sys._getframe is itself an audit event
+        try:
+            frame = sys._getframe(1)
+            if event not in _SPAWN_ARG:
+                if self.entry(frame) not in self.trusted:
+                    self.refuse("reading" if event == "open" else "exec", module, frame)
+                return
+            command, python = _python_command(args[_SPAWN_ARG[event]])
+            if "helpers" in command or (python and not _library_file(self.requester(frame))):
+                self.refuse("a subprocess", "another Python", frame, detail=command[:300])
+        finally:
+            self._busy = False
+
+    def install_import_watch(self) -> None:
+        real_import, real_import_module, recorder = builtins.__import__, importlib.import_module, self
+
+        def watched_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if level == 0:
+                self.check_import(name, fromlist, sys._getframe(1))
+            return real_import(name, globals, locals, fromlist, level)
+
+        def watched_import_module(name, package=None):
+            self.check_import(name, (), sys._getframe(1))
+            return real_import_module(name, package)
+
+        class Watch(importlib.abc.MetaPathFinder):  # importlib's own paths: runpy.run_module, util.find_spec, ...
+            def find_spec(self, fullname, path, target=None):
+                recorder.check_import(fullname, (), sys._getframe(1))
+
+        builtins.__import__, importlib.import_module = watched_import, watched_import_module
+        sys.meta_path.insert(0, Watch())
+        sys.addaudithook(self.audit)
+
+    # -- the training, counted by a callback the checker attaches in train()
+    def attach(self, trainer, record: dict) -> None:
+        """On each train(): a TrainerCallback that counts the steps and reward logs into `record` (state the
+        script never sees) and snapshots the LoRA B matrices when training begins and ends."""
+        try:
+            from transformers import TrainerCallback
+        except ImportError:
+            return
+        recorder = self
+
+        class CapstoneWatch(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                record["lora_begin"] = _lora_b(trainer.model)
+
+            def on_step_end(self, args, state, control, **kwargs):
+                record["steps"] += 1
+                recorder.note(f"GRPO step {state.global_step}/{state.max_steps} done")
+
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and logs.get("reward") is not None:
+                    record["reward_logs"].append(float(logs["reward"]))
+                    record["reward_std"].append(float(logs.get("reward_std") or 0.0))
+
+            def on_train_end(self, args, state, control, **kwargs):
+                begin, end = record.pop("lora_begin", {}), _lora_b(trainer.model)
+                record["lora_end"], record["lora_b"] = end, len(end)
+                record["lora_b_changed"] = sum(k not in begin or not _same(v, begin[k]) for k, v in end.items())
+
+        trainer.add_callback(CapstoneWatch())
+
+    def _record(self, trainer) -> dict:
+        found = next((t for t in self.trainers if t["trainer"] is trainer), None)
+        if found is None:
+            found = {"trainer": trainer, "train_called": False}
+            self.trainers.append(found)
+        return found
+
+    def instrument(self, trainer_cls) -> None:
+        init, train = trainer_cls.__init__, trainer_cls.train
+
+        @functools.wraps(init)
+        def recorded_init(trainer, *args, **kwargs):
+            self._record(trainer)
+            self.note(f"built {type(trainer).__name__}")
+            return init(trainer, *args, **kwargs)
+
+        @functools.wraps(train)
+        def recorded_train(trainer, *args, **kwargs):
+            record = self._record(trainer)
+            record.update(train_called=True, steps=record.get("steps", 0), reward_logs=record.get("reward_logs", []),
+                          reward_std=record.get("reward_std", []),
+                          reward_funcs=[_origin(f) for f in getattr(trainer, "reward_funcs", None) or []],
+                          config={k: getattr(trainer.args, k, None) for k in _CONFIG_FIELDS})
+            self.attach(trainer, record)
+            self.note("trainer.train() started")
+            result = train(trainer, *args, **kwargs)
+            self.note(f"trainer.train() returned at step {getattr(getattr(trainer, 'state', None), 'global_step', 0)}")
+            return result
+
+        trainer_cls.__init__, trainer_cls.train = recorded_init, recorded_train
+
+    def install_trainer_watch(self) -> None:
+        if "transformers.trainer" in sys.modules:
+            self.instrument(sys.modules["transformers.trainer"].Trainer)
+            return
+        recorder = self
+
+        class Finder(importlib.abc.MetaPathFinder):
+            def find_spec(self, fullname, path, target=None):
+                if fullname != "transformers.trainer":
+                    return None
+                sys.meta_path.remove(self)
+                spec = importlib.util.find_spec(fullname)
+                if spec is None or spec.loader is None:
+                    return spec
+                execute = spec.loader.exec_module
+
+                def exec_module(module):
+                    execute(module)
+                    recorder.instrument(module.Trainer)
+
+                spec.loader.exec_module = exec_module
+                return spec
+
+        sys.meta_path.insert(0, Finder())
+
+    # -- the report
+    def _trainer_report(self, t: dict) -> dict:
+        trainer, mro = t["trainer"], type(t["trainer"]).__mro__
+        if "lora_end" in t:  # the trained weights, for the checker to compare with the saved adapter
+            from safetensors.numpy import save_file
+
+            save_file(t.pop("lora_end"), str(self.folder / TRAINED))
+        return {
+            "class": f"{type(trainer).__module__}.{type(trainer).__qualname__}",
+            "is_grpo": any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(
+                ("trl", "unsloth")) for c in mro),
+            **{k: v for k, v in t.items() if k not in ("trainer", "lora_begin")},
+            "global_step": getattr(getattr(trainer, "state", None), "global_step", 0),
+        }
+
+    def write(self, error: BaseException | None) -> None:
+        self.watching = False
+        trainers = [self._trainer_report(t) for t in self.trainers]
+        if isinstance(error, SystemExit):
+            code = error.code if isinstance(error.code, int) else (0 if error.code is None else 1)
+            failure = None if code == 0 else {"type": "SystemExit", "message": str(error.code), "exit": code}
+        elif error is not None:
+            failure = {"type": type(error).__name__, "message": str(error), "exit": 1,
+                       "traceback": "".join(traceback.format_exception(error))[-3000:]}
+        else:
+            failure = None
+        self.report.write_text(json.dumps({"trainers": trainers, "kit_use": self.used, "failure": failure},
+                                          default=str))
+
+
+_CONFIG_FIELDS = ("max_steps", "gradient_accumulation_steps", "steps_per_generation", "num_iterations",
+                  "logging_steps")
+
+
+def _lora_key(name: str) -> str:
+    """peft's parameter name without the adapter's name, as save_pretrained writes it: ...lora_B.default.weight ->
+    ...lora_B.weight."""
+    return re.sub(r"\.lora_B\.(?!weight$)[^.]+\.weight$", ".lora_B.weight", name)
+
+
+def _lora_b(model) -> dict:
+    """Copies of a model's LoRA B matrices (float32 numpy), by their saved name."""
+    import numpy as np
+
+    found = {}
+    for name, p in getattr(model, "named_parameters", lambda: [])():
+        if ".lora_B." in name:
+            value = p.detach().float().cpu().numpy() if hasattr(p, "detach") else p
+            found[_lora_key(name)] = np.array(value, dtype=np.float32, copy=True)
+    return found
+
+
+def _same(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def _origin(func) -> dict:
+    """Where a reward function was written: its name, its module and the file its code came from."""
+    target = func.func if isinstance(func, functools.partial) else func
+    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)
+    return {"name": getattr(target, "__name__", type(target).__name__),
+            "module": getattr(target, "__module__", None) or type(target).__module__,
+            "file": code.co_filename if code is not None else None}
+
+
+def _bootstrap(script: str, folder: str, argv: list[str]) -> None:
+    """Run the script as `python script.py ARGV` would, watched by a _Recorder; the report is written at the end."""
+    script_path = Path(script).resolve()
+    recorder = _Recorder(Path(folder))
+    recorder.install_import_watch()
+    recorder.install_trainer_watch()
+    sys.argv = [str(script_path), *argv]
+    sys.path.insert(0, str(script_path.parent))
+    try:
+        runpy.run_path(str(script_path), run_name="__main__")
+    except BaseException as err:
+        recorder.write(err)
+        raise
+    recorder.write(None)
