@@ -97,8 +97,9 @@ def strict_right(prompts=None, completions=None, **kwargs):
             for t in texts]
 
 
-def config_right(p, runtime, output_dir, save_steps, precision=None, **change):
-    """05's make_config: the preset's fields and the card's precision (change: one field made wrong)."""
+def config_right(p, runtime, output_dir, save_steps, precision=None, via_module=False, **change):
+    """05's make_config: the preset's fields and the card's precision (change: one field made wrong); via_module:
+    called as trl.GRPOConfig(...), the module-qualified spelling."""
     on_gpu = p.backend == "unsloth"
     bf16_ok = on_gpu and runtime.bf16_supported
     kwargs = dict(output_dir=output_dir, num_generations=p.num_generations,
@@ -119,6 +120,10 @@ def config_right(p, runtime, output_dir, save_steps, precision=None, **change):
             kwargs.pop(name)
         else:
             kwargs[name] = value(p) if callable(value) else value
+    if via_module:
+        import trl
+
+        return trl.GRPOConfig(**kwargs)
     return GRPOConfig(**kwargs)
 
 
@@ -166,6 +171,10 @@ RIGHT = {
     ("nb05", "clipped_objective"): lambda r, a, e=0.2: min(r * a, max(1 - e, min(r, 1 + e)) * a),
     ("nb05", "kl_penalty"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb05", "beta_prediction"): "b",
+    ("nb05", "budget_fix"): {**E.nb05.CLASSMATE, "gradient_checkpointing": True, "gpu_memory_utilization": 0.3},
+    ("nb05", "rerun_prediction"): "a",
+    ("nb05", "recipe_choice"): {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed2", "lr-1e-3",
+                                                                                  "beta-0.04"]},
     ("nb06", "my_pass_at_k"): pass_at_k_right,
     ("nb07", "largest_completion_length"): max(L for L in range(64, 4097, 64) if E.nb07.lab_fits(L).fits),
     ("nb08", "policy_loss"): policy_loss_right,
@@ -202,6 +211,16 @@ WRONG = [
     ("nb02", "trainable_fraction", lambda m: sum(p.numel() for p in m.parameters() if p.requires_grad)
      / max(1, sum(p.numel() for p in m.parameters() if not p.requires_grad)), ["110 of 110", "it should be 1.0000"]),
     ("nb02", "trainable_fraction", lambda m: 1 / 0, ["110 of 110", "ZeroDivisionError"]),
+    ("nb02", "trainable_fraction", lambda m: 100 * trainable_right(m), ["110 of 110", "not a percentage"]),
+    ("nb02", "trainable_fraction", lambda m: 1 - trainable_right(m), ["110 of 110", "frozen share"]),
+    ("nb02", "trainable_fraction", lambda m: (lambda ps: sum(p.requires_grad for p in ps) / len(ps))(list(m.parameters())),
+     ["10 trainable of 120", "counts tensors", "numel"]),
+    ("nb06", "my_pass_at_k", lambda n, c, k: min(1.0, c * k / n), ["n=10 samples", "do not add"]),
+    ("nb06", "my_pass_at_k", lambda n, c, k: math.comb(c, k) / math.comb(n, k), ["k=2", "ALL k picked"]),
+    ("nb07", "largest_completion_length", 4096, ["does not fit", "not the card's 14.56 GB"]),
+    ("nb01", "right_wrong_advantages", lambda k, g: (2 * right_wrong_right(k, g)[0], right_wrong_right(k, g)[1])
+     if k not in (0, g) else (0.0, 0.0), ["1 right of 4", "sum to 0"]),
+    ("nb04", "my_advantages", lambda r: [x / 2 for x in r], ["[4.0, 0.0, 2.5, 0.0]", "sum to 0"]),
     ("nb03", "questions_per_run", lambda steps, completions, g: steps * completions,
      ["max_steps=40, 8 completions per step, num_generations=4", "returned 320", "should be 80", "divide by"]),
     ("nb03", "questions_per_run", lambda steps, completions, g: steps * g, ["returned 160", "should be 80", "not questions"]),
@@ -213,9 +232,9 @@ WRONG = [
     ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw: [0.5 for _ in completions],
      ["gave 0.5", "101-word answer", "should be 0.0"]),
     ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw: [0.5 if len(c) <= 100 else 0.0 for c in completions],
-     ["exactly 100 words", "gave 0.0", "should be 0.5"]),
+     ["exactly 100 words", "gave 0.0", "should be 0.5", "not characters"]),
     ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
-     [0.5 if len(str(c).split()) < 100 else 0.0 for c in completions], ["exactly 100 words", "should be 0.5"]),
+     [0.5 if len(str(c).split()) < 100 else 0.0 for c in completions], ["exactly 100 words", "should be 0.5", "<=, not <"]),
     ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if len(c.split()) <= 100 else 0.0 for c in completions], ["conversational", "AttributeError"]),
     ("nb04", "brevity_reward", lambda prompts=None, completions=None, **kw:
@@ -287,6 +306,13 @@ WRONG = [
     ("nb04", "my_strict_format_reward", lambda prompts=None, completions=None, **kw:
      [0.5 if re.fullmatch(r"<reasoning>\n.*\n</reasoning>\n<answer>\n.*\n</answer>", completion_text(c).strip(),
                           re.DOTALL) else 0.0 for c in completions], ["second reasoning block", "exactly once"]),
+    ("nb04", "my_strict_format_reward", lambda prompts=None, completions=None, **kw:
+     [2 * x for x in strict_right(completions=completions)], ["perfect", "1", "scores 0.5", "never outweighs"]),
+    ("nb04", "my_strict_format_reward", lambda prompts=None, completions=None, **kw:
+     [0.5 if "<answer>" in completion_text(c) else 0.0 for c in completions],
+     ["right, one line", "own line", "answer tag only", "no <reasoning> block"]),
+    ("nb04", "my_correctness_reward", lambda prompts=None, completions=None, answer=None, **kw:
+     [c / 2 for c in correctness_right(completions=completions, answer=answer)], ["perfect", "scores 2.0"]),
     ("nb04", "prediction", "a", ["not 'a'", "MINUS the group's mean"]),
     ("nb04", "prediction", "b", ["not 'b'", "std is unchanged"]),
     ("nb04", "prediction", "d", ["not 'd'", "reward - mean is unchanged"]),
@@ -304,6 +330,43 @@ WRONG = [
     ("nb05", "make_trainer", trainer_swapped, ["model= should be the LoRA model", "got tokenizer"]),
     ("nb05", "make_trainer", trainer_positional, ["processing_class= should be the tokenizer", "got None"]),
     ("nb05", "make_trainer", lambda *args: None, ["called GRPOTrainer 0 times"]),
+    ("nb05", "make_config", config_wrong(save_strategy="steps"), ["save_strategy is 'steps'", "no checkpoints"]),
+    ("nb05", "make_config", config_wrong(use_vllm=False), ["the t4 preset on a T4", "use_vllm is False",
+                                                           "vLLM engine Unsloth attached"]),
+    ("nb05", "make_config", config_wrong(gradient_checkpointing=lambda p: p.gradient_checkpointing),
+     ["the t4 preset on a T4", "gradient_checkpointing is True", "inside Unsloth"]),
+    ("nb05", "budget_fix", dict(E.nb05.CLASSMATE), ["40.29 GB", "over the 7 GB budget", "activations",
+                                                    "gradient_checkpointing=True"]),
+    ("nb05", "budget_fix", {"gradient_checkpointing": True}, ["9.32 GB", "vLLM's reservation", "up front"]),
+    ("nb05", "budget_fix", {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2},
+     ["activations", "A smaller batch only divides them"]),
+    ("nb05", "budget_fix", {"num_generations": 4, "per_device_train_batch_size": 16}, ["num_generations is 4",
+                                                                                       "zero spread more often"]),
+    ("nb05", "budget_fix", {"max_completion_length": 128, "gradient_checkpointing": True},
+     ["max_completion_length is 128", "cut answer scores 0"]),
+    ("nb05", "budget_fix", {"per_device_train_batch_size": 8, "gradient_checkpointing": True},
+     ["8 completions per optimizer step", "gradient_accumulation_steps=2"]),
+    ("nb05", "budget_fix", {"lora_dropout": 0.1}, ["not a setting the memory model reads"]),
+    ("nb05", "budget_fix", ["gradient_checkpointing"], ["a dict"]),
+    ("nb05", "rerun_prediction", "b", ["not 'b'", "0.031 -> 0.156", "more than the wording"]),
+    ("nb05", "rerun_prediction", "c", ["not 'c'", "entropy 1.22 -> 0.12", "not within one sampled batch"]),
+    ("nb05", "rerun_prediction", "x", ["one letter"]),
+    ("nb05", "recipe_choice", {"learning_rate": 1e-3, "beta": 0.0, "because": ["lr-1e-3"]},
+     ["learning_rate=0.001 did not learn", "0.22 -> 0.04", "not faster learning"]),
+    ("nb05", "recipe_choice", {"learning_rate": 5e-4, "beta": 0.0, "because": ["default-seed0"]},
+     ["learning_rate=0.0005 did not learn", "0.30 -> 0.12"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.04, "because": ["default-seed0"]},
+     ["beta=0.04 did not learn", "0.22 -> 0.18"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed0", "scale-none"]},
+     ["scale-none changed another setting", "differ in that setting only"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed0"]},
+     ["for learning_rate=0.00025", "no run where another value did not"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed0", "lr-1e-3"]},
+     ["for beta=0", "no run where another value did not"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["lr-1e-3", "beta-0.04"]},
+     ["no run where it learned"]),
+    ("nb05", "recipe_choice", {"learning_rate": 3e-4, "beta": 0.0, "because": []}, ["was not measured"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4}, ["answer with a dict"]),
 ]
 
 
@@ -369,7 +432,8 @@ def _lesson_scope() -> dict:
     from helpers.memory import estimate
     return {"answer_from": answer_of, "completion_text": completion_text, "answers_match": answers_match,
             "TAGS": STRICT_TAGS, "STRICT": STRICT_LAYOUT, "prompts": prompts, "GRPOConfig": GRPOConfig,
-            "GRPOTrainer": GRPOTrainer, "estimate": estimate, "t4": get_preset("t4")}
+            "GRPOTrainer": GRPOTrainer, "estimate": estimate, "t4": get_preset("t4"),
+            "classmate": dict(E.nb05.CLASSMATE)}
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")
@@ -385,9 +449,9 @@ def test_printed_solution_is_the_lessons_and_passes_its_own_check(key, capsys):
 
 
 def test_the_solution_text_is_the_lesson_cell_with_its_blank_markers_as_comments():
-    source = registry.find("make_trainer")["solution"]
-    assert "# blank:" not in source and "model=model,  # the LoRA model: only the adapter trains" in source
-    assert "exercise 5.1" in source  # {{exercise.make_config}} in the lesson, filled in
+    source = registry.find("make_config")["solution"]
+    assert "# blank:" not in source and "bf16=bf16_ok,  # a T4 (compute capability 7.5) has no bf16 ..." in source
+    assert "exercise 5.1" in registry.find("make_trainer")["solution"]  # {{exercise.make_config}}, filled in
 
 
 def test_the_measured_runs_exercise_draws_four_panels_and_its_runs_are_unambiguous():
@@ -397,6 +461,20 @@ def test_the_measured_runs_exercise_draws_four_panels_and_its_runs_are_unambiguo
     fig = E.nb05.learned_or_not.plot()
     assert len([ax for ax in fig.axes if ax.get_title().startswith("run ")]) == 4
     assert all(E.nb05.learned(run) is not None for run in E.nb05.measured().values()), "each run clearly learned or did not"
+
+
+def test_each_reward_gets_its_own_why_table():
+    """A format reward is told about the layout, a correctness reward about the answer: never the other's reason."""
+    def format_ignores_layout(prompts=None, completions=None, **kw):  # 0.5 for any <answer> block
+        return [0.5 if "<answer>" in completion_text(c) else 0.0 for c in completions]
+
+    def format_doubled(prompts=None, completions=None, **kw):
+        return [2 * x for x in strict_right(completions=completions)]
+
+    for wrong in (format_ignores_layout, format_doubled):
+        message = E.nb04.my_strict_format_reward.check(wrong).message
+        assert "as numbers" not in message and "answers_match" not in message, message
+    assert set(E.nb04.FORMAT_WHY) >= {label for label, *_ in E.nb04.reward_cases()} - {"perfect"}
 
 
 def test_advantage_checker_uses_trl_formula():
@@ -456,3 +534,71 @@ def test_an_older_copy_calling_a_check_by_its_old_number_is_checked_by_the_exerc
     wrong = "a" if scope["prediction"] != "a" else "b"
     assert not E.nb04.q5.check(wrong).passed  # routed to the prediction's own judge, which still refuses
     assert not E.nb04.q4.check(lambda completions, **kw: [0.0] * len(completions)).passed  # a nameless answer: no routing
+
+
+def test_module_qualified_and_aliased_calls_are_counted_as_the_call():
+    """`trl.GRPOConfig(...)` after `import trl` (or an alias) is the same call as `GRPOConfig(...)`: it passes when
+    right, and when wrong is judged on its fields, never refused as "called GRPOConfig 0 times"."""
+    import trl
+
+    scope = {"trl": trl, "config_right": config_right}
+    exec("def make_config(p, runtime, output_dir, save_steps):\n"  # noqa: S102 - a cell with no `from trl import`
+         "    return config_right(p, runtime, output_dir, save_steps, via_module=True)\n", scope)
+    assert "GRPOConfig" not in scope
+    result = E.nb05.make_config.check(scope["make_config"])
+    assert result.passed, result.message
+    assert trl.GRPOConfig is GRPOConfig, "the module's class is put back after judging"
+
+    scope = {"t": trl}  # `import trl as t`
+    exec("def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks):\n"  # noqa: S102
+         "    return t.GRPOTrainer(model=tokenizer, processing_class=model, reward_funcs=reward_funcs, args=config,\n"
+         "                         train_dataset=train_dataset, callbacks=callbacks)\n", scope)
+    result = E.nb05.make_trainer.check(scope["make_trainer"])
+    assert not result.passed and "model= should be the LoRA model" in result.message
+    assert "0 times" not in result.message and trl.GRPOTrainer is GRPOTrainer
+
+
+def test_a_call_with_no_route_to_trl_names_both_ways_to_import_it():
+    scope = {}
+    exec("def make_config(p, runtime, output_dir, save_steps):\n    return dict(num_generations=8)\n", scope)  # noqa: S102
+    result = E.nb05.make_config.check(scope["make_config"])
+    assert not result.passed and "from trl import GRPOConfig" in result.message and "trl.GRPOConfig(...)" in result.message
+
+
+def test_the_rerun_check_compares_the_prediction_recorded_before_the_run_with_what_happened(capsys):
+    """The predict-then-rerun exercise: the prediction is recorded before anything runs; the check reads the two
+    first batches (stand-ins here: the real runs are in the notebook's CI run) and explains either way; a prediction
+    changed after the result is refused."""
+    nb05 = E.nb05
+    assert nb05.rerun_prediction.rerun(0.3, ...) is None and "Record your prediction first" in capsys.readouterr().out
+    assert nb05.rerun_prediction.rerun(1.5, "a") is None and "between 0 and 1" in capsys.readouterr().out
+    up = nb05.RerunOutcome("temperature", 0.3, "a", {"reward": 0.1, "entropy": 2.0}, {"reward": 0.9, "entropy": 0.2})
+    flat = nb05.RerunOutcome("temperature", 0.7, "a", {"reward": 0.1, "entropy": 2.0}, {"reward": 0.12, "entropy": 1.5})
+    assert nb05.rerun_prediction.check("a", outcome=up).passed
+    result = nb05.rerun_prediction.check("a", outcome=flat)  # the right physics, not what this rerun showed
+    assert not result.passed and "0.100 -> 0.120" in result.message and "Here that did not show" in result.message
+    result = nb05.rerun_prediction.check("c", outcome=up)
+    assert not result.passed and "recorded 'a' before it ran" in result.message
+    assert "reward" in up.table() and "temperature=0.3" in up.table()
+
+
+def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch):
+    """On a T4 runtime Unsloth has patched TRL for the GPU: the CPU reruns go to a new Python process, whose last
+    stdout line is the rows as JSON."""
+    import json
+    import subprocess
+    import sys
+    import types
+
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["cmd"] = cmd
+        return types.SimpleNamespace(stdout="[grpo-kit] log line\n" + json.dumps([{"reward": 0.1}, {"reward": 0.5}]))
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    rows = E.nb05._first_batches([{}, {"temperature": 0.3}])
+    assert rows == [{"reward": 0.1}, {"reward": 0.5}]
+    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-1]) == [{}, {"temperature": 0.3}]
+    assert "nb05.first_batches" in seen["cmd"][2]

@@ -177,17 +177,29 @@ class _Recorder:
 
 @contextmanager
 def intercept(fn, name: str, real):
-    """While judging, `name` in the student's function's module is a _Recorder: the function's call to it is read,
-    not run (a T4's fp16=True config cannot be built on a CPU, and a trainer would load the model)."""
+    """While judging, every route from the student's function's module to `name` is a _Recorder: the name itself
+    (`from trl import GRPOConfig`, under any alias) and a module attribute (`trl.GRPOConfig(...)`, `import trl as t`).
+    The call is read, not run (a T4's fp16=True config cannot be built on a CPU, and a trainer would load the model)."""
+    import types
+
     g = fn.__globals__
-    if g.get(name) is not real:
-        raise Fail("the answer", f"{fn.__name__} should call {name}(...) imported from trl (`from trl import {name}`)"
-                                 f"; {name} in its module is {g.get(name)!r}")
-    g[name] = recorder = _Recorder(real)
+    names = [k for k, v in list(g.items()) if v is real]
+    modules = [v for v in list(g.values()) if isinstance(v, types.ModuleType) and getattr(v, name, None) is real]
+    if not names and not modules:
+        raise Fail("the answer", f"{fn.__name__} should call {name}(...) from trl (`from trl import {name}`, or "
+                                 f"`trl.{name}(...)` after `import trl`); {name} in its module is {g.get(name)!r}")
+    recorder = _Recorder(real)
+    for k in names:
+        g[k] = recorder
+    for module in modules:
+        setattr(module, name, recorder)
     try:
         yield recorder
     finally:
-        g[name] = real
+        for k in names:
+            g[k] = real
+        for module in modules:
+            setattr(module, name, real)
 
 
 def close(a, b, tol=1e-3) -> bool:

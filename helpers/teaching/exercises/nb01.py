@@ -54,6 +54,9 @@ def _judge_right_wrong(fn):
             why = "the pair is swapped: the right answer's advantage comes first"
         elif close(got[0], 1.0, 2e-3) and close(got[1], 0.0, 2e-3):
             why = "that is the raw reward: GRPO subtracts the group's mean, the baseline a value model would predict"
+        elif not close(k * float(got[0]) + (g - k) * float(got[1]), 0.0, 1e-2):
+            why = (f"a group's advantages sum to 0 (each is reward minus the group's mean); yours sum to "
+                   f"{k * float(got[0]) + (g - k) * float(got[1]):.4f}: {why}")
         raise Fail(case, f"for {case} you returned ({float(got[0]):.4f}, {float(got[1]):.4f}); it should be "
                          f"({want[0]:.4f}, {want[1]:.4f}): {why}.")
 

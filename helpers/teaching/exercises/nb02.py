@@ -31,6 +31,12 @@ def _tiny_models():
              d, 10 / 110)]
 
 
+def _tensor_share(model) -> float:
+    """The share of trainable TENSORS: what counting model.parameters() without numel() gives."""
+    ps = list(model.parameters())
+    return sum(p.requires_grad for p in ps) / len(ps) if ps else 0.0
+
+
 def _judge_trainable_fraction(fn):
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: trainable_fraction, not trainable_fraction(model)")
@@ -44,6 +50,14 @@ def _judge_trainable_fraction(fn):
                          "does)")
             elif truth and close(got, 10 / 110, 1e-6):
                 extra = " (trainable / FROZEN is not the fraction: divide by all parameters, trainable included)"
+            elif close(got, truth * 100, 1e-6):
+                extra = " (a fraction between 0 and 1, not a percentage)"
+            elif close(got, 1 - truth, 1e-6):
+                extra = " (that is the frozen share: a parameter trains when its requires_grad is True)"
+            elif not truth:
+                extra = " (nothing here has requires_grad=True: no value trains, whatever the number of tensors)"
+            elif close(got, _tensor_share(model), 1e-6):
+                extra = " (that counts tensors: count values, p.numel(); one Linear weight is many parameters)"
             raise Fail(case, f"for {case} you returned {got!r}; it should be {truth:.4f}{extra}.")
 
 

@@ -11,48 +11,98 @@ from helpers.teaching.grpo_math import group_advantages
 LESSON = "04"
 
 
-# (label, completion, gold, what it tests): the hand-written completions of the lesson's tables, the hacks, and the
-# cases a reward written in ten minutes gets wrong. The kit's reward is the truth on each.
+# Why each case scores what it does, one table per reward: a format reward is never told to compare numbers.
+CHAT = ("TRL passes chat datasets' completions as [{'role': 'assistant', 'content': ...}]: rewards.completion_text(c) "
+        "gives the text")
+NUMBERS = "compare answers as numbers (rewards.answers_match), not as strings"
+CORRECTNESS_WHY = {
+    "right, no tags": "no <answer> block, no answer: the format is part of the task",
+    "right, one line": "the answer block is read wherever it is: correctness does not judge the layout",
+    "right, decorated": NUMBERS + ": '12 apples' holds one number, 12",
+    "right, 12.0": NUMBERS + ": 12.0 is 12",
+    "answer tag only": "only the <answer> block is read, whatever else is missing",
+    "rambling after": "text after the answer block does not change the answer: correctness does not judge the layout",
+    "tags around junk": "'banana' is not a number: no match, 0",
+    "hedged answer": "an answer with two numbers is wrong even if one is right, or hedging pays",
+    "number dump": "an answer with several numbers is wrong, or listing numbers pays",
+    "repeated tags": "the last <answer> block is the answer",
+    "empty": "an empty completion scores 0",
+    "a comma in the answer": NUMBERS + ": 1,000 is 1000",
+    "a dollar sign": NUMBERS + ": $18 is 18",
+    "18.0 for 18": NUMBERS + ": 18.0 is 18",
+    "a hedge": "an answer with two numbers is wrong even if one is right, or hedging pays (rewards.answers_match)",
+    "two answer blocks, the last right": "the last <answer> block is the answer (prompts.extract_answer, "
+                                         "rewards.answer_of)",
+    "two answer blocks, the last wrong": "the last <answer> block is the answer (prompts.extract_answer, "
+                                         "rewards.answer_of)",
+    "a chat-format completion": CHAT, "a chat-format completion, wrong": CHAT,
+    "an empty completion": "an empty completion scores 0",
+    "a None completion": "a missing completion (None) scores 0, it must not crash the run",
+}
+LAYOUT = "the strict layout is the whole completion: <reasoning>, newline, ..., </answer>, nothing else"
+FORMAT_WHY = {
+    "right, no tags": "no tags, no layout: a right answer does not earn the format reward",
+    "right, one line": "the strict layout puts each tag on its own line (STRICT has the newlines)",
+    "right, decorated": "the layout is right: the format reward does not read the answer, '12 apples' is fine here",
+    "right, 12.0": "the layout is right: the format reward does not read the answer",
+    "wrong number": "a wrong answer in the right layout still earns the format reward: it judges the layout only",
+    "answer tag only": "no <reasoning> block: not the strict layout",
+    "rambling after": LAYOUT + " (text after </answer> breaks it)",
+    "tags around junk": "the layout is right, whatever is inside it: that is why the format reward is small",
+    "hedged answer": "the layout is right: the format reward does not read the answer",
+    "number dump": "the layout is right: the format reward does not read the answer",
+    "repeated tags": "the strict layout has each tag exactly once",
+    "empty": "an empty completion scores 0",
+    "a comma in the answer": "the layout is right: the format reward does not read the answer",
+    "a dollar sign": "the layout is right: the format reward does not read the answer",
+    "18.0 for 18": "the layout is right: the format reward does not read the answer",
+    "a hedge": "the layout is right: the format reward does not read the answer",
+    "two answer blocks, the last right": "the strict layout has each tag exactly once, and a <reasoning> block",
+    "two answer blocks, the last wrong": "the strict layout has each tag exactly once, and a <reasoning> block",
+    "a chat-format completion": CHAT, "a chat-format completion, wrong": CHAT,
+    "an empty completion": "an empty completion scores 0",
+    "a None completion": "a missing completion (None) scores 0, it must not crash the run",
+    "the perfect answer with spaces around it": "surrounding whitespace does not change the layout (strip the text "
+                                                "first)",
+    "the layout with a second reasoning block": "the strict layout has each tag exactly once",
+}
+WHY = {"correctness_reward": CORRECTNESS_WHY, "strict_format_reward": FORMAT_WHY}
+SCALE = {"correctness_reward": "a right answer scores 2.0: the kit's scale, where correctness outweighs every format "
+                               "reward together",
+         "strict_format_reward": "the strict layout scores 0.5: small, so the format alone never outweighs a right "
+                                 "answer (2.0)"}
+
+
+# (label, completion, gold, why correctness scores it so): the hand-written completions of the lesson's tables, the
+# hacks, and the cases a reward written in ten minutes gets wrong. The kit's reward is the truth on each; WHY says
+# why, per reward (the judges read it; the fourth field is CORRECTNESS_WHY's, for helpers.capstone's hint).
 def reward_cases() -> list[tuple[str, object, str, str]]:
+    return [(label, c, gold, CORRECTNESS_WHY.get(label, IN_TABLES)) for label, c, gold in _cases()]
+
+
+IN_TABLES = "this completion is in the lesson's tables"
+
+
+def _cases() -> list[tuple[str, object, str]]:
     from helpers.teaching import reward_lab
 
     perfect = reward_lab.HAND_WRITTEN["perfect"]
-    why = {"right, no tags": "no <answer> block, no answer: the format is part of the task",
-           "right, decorated": "compare answers as numbers (rewards.answers_match), not as strings",
-           "right, 12.0": "compare answers as numbers (rewards.answers_match): 12.0 is 12",
-           "answer tag only": "only the <answer> block is read, whatever else is missing",
-           "hedged answer": "an answer with two numbers is wrong even if one is right, or hedging pays",
-           "number dump": "an answer with several numbers is wrong, or listing numbers pays",
-           "repeated tags": "the last <answer> block is the answer",
-           "empty": "an empty completion scores 0"}
-    cases = [(label, text, reward_lab.GOLD, why.get(label, "this completion is in the lesson's tables"))
-             for label, text in {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}.items()]
+    cases = [(label, text, reward_lab.GOLD) for label, text in {**reward_lab.HAND_WRITTEN, **reward_lab.HACKS}.items()]
     return cases + [
-        ("a comma in the answer", "<reasoning>\n1000 in all.\n</reasoning>\n<answer>\n1,000\n</answer>", "1000",
-         "compare answers as numbers (rewards.answers_match): 1,000 is 1000"),
-        ("a dollar sign", "<reasoning>\nShe pays 18.\n</reasoning>\n<answer>\n$18\n</answer>", "18",
-         "compare answers as numbers (rewards.answers_match): $18 is 18"),
-        ("18.0 for 18", "<reasoning>\n9 * 2 = 18\n</reasoning>\n<answer>\n18.0\n</answer>", "18",
-         "compare answers as numbers (rewards.answers_match): 18.0 is 18"),
-        ("a hedge", "<reasoning>\nNot sure.\n</reasoning>\n<answer>\n11 or 12\n</answer>", "12",
-         "an answer with two numbers is wrong even if one is right, or hedging pays (rewards.answers_match)"),
-        ("two answer blocks, the last right", "<answer>7</answer> no, wait: <answer>12</answer>", "12",
-         "the last <answer> block is the answer (prompts.extract_answer, rewards.answer_of)"),
-        ("two answer blocks, the last wrong", "<answer>12</answer> no, wait: <answer>7</answer>", "12",
-         "the last <answer> block is the answer (prompts.extract_answer, rewards.answer_of)"),
-        ("a chat-format completion", [{"role": "assistant", "content": perfect}], reward_lab.GOLD,
-         "TRL passes chat datasets' completions as [{'role': 'assistant', 'content': ...}]: "
-         "rewards.completion_text(c) gives the text"),
+        ("a comma in the answer", "<reasoning>\n1000 in all.\n</reasoning>\n<answer>\n1,000\n</answer>", "1000"),
+        ("a dollar sign", "<reasoning>\nShe pays 18.\n</reasoning>\n<answer>\n$18\n</answer>", "18"),
+        ("18.0 for 18", "<reasoning>\n9 * 2 = 18\n</reasoning>\n<answer>\n18.0\n</answer>", "18"),
+        ("a hedge", "<reasoning>\nNot sure.\n</reasoning>\n<answer>\n11 or 12\n</answer>", "12"),
+        ("two answer blocks, the last right", "<answer>7</answer> no, wait: <answer>12</answer>", "12"),
+        ("two answer blocks, the last wrong", "<answer>12</answer> no, wait: <answer>7</answer>", "12"),
+        ("a chat-format completion", [{"role": "assistant", "content": perfect}], reward_lab.GOLD),
         ("a chat-format completion, wrong", [{"role": "assistant", "content": perfect.replace("12", "13")}],
-         reward_lab.GOLD, "TRL passes chat datasets' completions as [{'role': 'assistant', 'content': ...}]: "
-         "rewards.completion_text(c) gives the text"),
-        ("an empty completion", "", reward_lab.GOLD, "an empty completion scores 0"),
-        ("a None completion", None, reward_lab.GOLD, "a missing completion (None) scores 0, it must not crash the run"),
-        ("the perfect answer with spaces around it", f"  {perfect}\n\n", reward_lab.GOLD,
-         "surrounding whitespace does not change the layout (strip the text first)"),
+         reward_lab.GOLD),
+        ("an empty completion", "", reward_lab.GOLD),
+        ("a None completion", None, reward_lab.GOLD),
+        ("the perfect answer with spaces around it", f"  {perfect}\n\n", reward_lab.GOLD),
         ("the layout with a second reasoning block", perfect.replace("<answer>", "<reasoning>\nmore\n</reasoning>\n"
-                                                                     "<answer>"), reward_lab.GOLD,
-         "the strict layout has each tag exactly once"),
+                                                                     "<answer>"), reward_lab.GOLD),
     ]
 
 
@@ -70,8 +120,10 @@ def _judge_reward_against(kit_name: str, name: str):
         if not callable(fn):
             raise Fail("the answer", f"pass the reward function itself: {name}, not {name}(...)")
         cases = reward_cases()
+        whys = WHY[kit_name]
         rows = []
-        for label, completion, gold, why in cases:
+        for label, completion, gold, _ in cases:
+            why = whys.get(label, IN_TABLES)
             try:
                 got = call(f"the completion '{label}'", fn, prompts=[None], completions=[completion], answer=[gold])
             except Fail as f:
@@ -81,7 +133,8 @@ def _judge_reward_against(kit_name: str, name: str):
                                   "one float per completion (here a list of length 1).")
             want = kit_reward(prompts=[None], completions=[completion], answer=[gold])[0]
             if not close(got[0], want, 1e-9):
-                rows.append((label, got[0], want, why))
+                scaled = want and isinstance(got[0], (int, float)) and got[0] > 0  # the right case, another score
+                rows.append((label, got[0], want, SCALE[kit_name] if scaled else why))
         if rows:
             table = "\n".join(f"  {label[:40]:<40} {_number(got):>6} {want:>6g}  {why}"
                               for label, got, want, why in rows[:6])
@@ -107,6 +160,14 @@ def _words(n: int) -> str:
     return " ".join(f"w{i}" for i in range(n))
 
 
+def _counts_characters(fn) -> bool:
+    """Whether a brevity reward refuses 60 words of 200-odd characters: it counts characters, not words."""
+    try:
+        return not fn(prompts=[None], completions=[_words(60)], answer=["12"])[0]
+    except Exception:  # noqa: BLE001 - a probe only: the judge reports the student's error on its own cases
+        return False
+
+
 def _judge_brevity(fn):
     if not callable(fn):
         raise Fail("the answer", "pass the reward function itself, not its result")
@@ -126,8 +187,12 @@ def _judge_brevity(fn):
             raise Fail(case, f"on {case} your reward returned {got!r}; a TRL reward returns a list with one float "
                              "per completion (here a list of length 1).")
         if not close(got[0], truth, 1e-9):
-            raise Fail(case, f"your reward gave {got[0]!r} to {case}; it should be {truth} "
-                             f"({'within' if truth else 'over'} the {MAX_WORDS}-word limit).")
+            why = f"{'within' if truth else 'over'} the {MAX_WORDS}-word limit"
+            if truth and _counts_characters(fn):
+                why += ": count words, len(text.split()), not characters, len(text)"
+            elif truth and len(completion.split()) == MAX_WORDS:
+                why += ": 'at most' includes the limit itself (<=, not <)"
+            raise Fail(case, f"your reward gave {got[0]!r} to {case}; it should be {truth} ({why}).")
     batch = [_words(5), _words(500), _words(50)]
     got = call("a batch of three completions (5, 500 and 50 words)", fn, prompts=[None] * 3, completions=batch,
                answer=["1"] * 3)
@@ -161,6 +226,11 @@ def _judge_advantages(fn):
             why = " - you subtracted the mean but did not divide by the group's std (+ 1e-4)"
         elif pop == 0:
             why = " - when every completion scored the same, every advantage is 0 (std 0, nothing to compare)"
+        elif not close(sum(float(x) for x in got), 0.0, 1e-2):
+            why = (f" - a group's advantages sum to 0 (each is reward minus the group's mean); yours sum to "
+                   f"{sum(float(x) for x in got):.4f}")
+        else:
+            why = " - (reward - the group's mean) / (the group's sample std + 1e-4)"
         raise Fail(case, f"for {case} you returned {[round(float(g), 4) for g in got]}; it should be "
                          f"{[round(t, 4) for t in truth]}{why}.")
 

@@ -4,6 +4,8 @@ groups, the four measured runs (learned or not), the clipped objective, the KL p
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 from helpers.config import get_preset
@@ -56,6 +58,14 @@ def _judge_config(fn):
             elif name in ("bf16", "fp16", "use_cpu"):
                 why = (f"{why}. Precision follows the card: bf16 only from compute capability 8.0 (runtime."
                        "bf16_supported), fp16 on an older GPU, use_cpu with no GPU")
+            elif name == "save_strategy":
+                why = ("save_steps None or 0 means no checkpoints: save_strategy='no'; TRL's default 'steps' would "
+                       "still write one every 500 steps")
+            elif name == "use_vllm":
+                why = f"{why}. vLLM needs a GPU and the preset's fast_inference: on a CPU, TRL would fail to start it"
+            elif name == "gradient_checkpointing" and mine:
+                why = (f"{why}. On a CPU the preset decides (p.gradient_checkpointing); on the GPU it is False here "
+                       "because it is already on, inside Unsloth: the memory is not lost")
             left = "" if name in got else " (you left it out: GRPOConfig's default)"
             raise Fail(case, f"for {case}, {name} is {mine!r}{left}; it should be {value!r}: {why}.")
 
@@ -84,6 +94,68 @@ def _judge_trainer(fn):
         if value is not given[arg]:
             have = f"got {value.name}" if isinstance(value, SimpleNamespace) else f"got {value!r:.40}"
             raise Fail(param, f"GRPOTrainer's {param}= should be {role[param]} (make_trainer's {arg}); it {have}.")
+
+# The budget exercise (budget_fix): a classmate's t4 settings that keep a group of 8 and 512-token answers, and do
+# not fit a T4's 7 GB budget. The student decides which settings to change; helpers.memory.estimate judges the fit.
+CLASSMATE = {"num_generations": 8, "per_device_train_batch_size": 16, "max_completion_length": 512,
+             "gradient_checkpointing": False, "gpu_memory_utilization": 0.5}
+BUDGET_GROUP, BUDGET_LENGTH, BUDGET_COMPLETIONS = 8, 512, 16  # what the fix must keep
+
+
+def budget_estimate(settings: dict):
+    """The memory model's prediction for the t4 preset with these settings, on a T4, against its 7 GB budget."""
+    from helpers.memory import T4_BUDGET_GB, estimate
+
+    return estimate(get_preset("t4").with_overrides(**settings), gpu="t4", budget_gb=T4_BUDGET_GB)
+
+
+def _over_budget_why(settings: dict, est) -> str:
+    """The misconception behind a fix that does not fit: named from the estimate's largest part."""
+    part, gb = max(est.components.items(), key=lambda kv: kv[1])
+    if part == "activations" and not settings.get("gradient_checkpointing"):
+        return (f"the largest part is the activations ({gb:.1f} GB): with gradient_checkpointing off every layer's "
+                "activations of every completion are kept for the backward pass. A smaller batch only divides them; "
+                "checkpointing keeps each layer's input and recomputes the rest (gradient_checkpointing=True)")
+    if part == "vllm_reservation":
+        return (f"the largest part is vLLM's reservation ({gb:.1f} GB): vLLM takes gpu_memory_utilization x the card "
+                f"(14.56 GB) up front, used or not, at {settings.get('gpu_memory_utilization')}; a 1.5B model in 4 bits "
+                "and its KV cache need far less (the t4 preset reserves 0.3)")
+    return f"the largest part is {part} ({gb:.2f} GB)"
+
+
+def _judge_budget(answer):
+    from helpers.config import PresetError
+    from helpers.memory.estimate import PRESET_FIELDS_READ
+
+    if not isinstance(answer, dict):
+        raise Fail("the answer", "answer with a dict of settings, e.g. {**classmate, 'some_setting': value}")
+    unknown = sorted(set(answer) - set(PRESET_FIELDS_READ))
+    if unknown:
+        raise Fail(unknown[0], f"{unknown[0]!r} is not a setting the memory model reads; use the preset's field names "
+                               f"({', '.join(PRESET_FIELDS_READ)}).")
+    s = {**CLASSMATE, **answer}
+    if s["num_generations"] != BUDGET_GROUP:
+        raise Fail("num_generations", f"num_generations is {s['num_generations']}; the task keeps the group of "
+                   f"{BUDGET_GROUP}: a smaller group has zero spread more often (exercise {zero_spread_chance.number}), "
+                   "and a "
+                   "group with no spread teaches nothing. Memory has cheaper levers.")
+    if s["max_completion_length"] < BUDGET_LENGTH:
+        raise Fail("max_completion_length", f"max_completion_length is {s['max_completion_length']}; the task keeps "
+                   f"{BUDGET_LENGTH}: a shorter cap cuts answers off before </answer>, and a cut answer scores 0 "
+                   "(completions/clipped_ratio). That buys memory with the reward.")
+    per_step = s["per_device_train_batch_size"] * s.get("gradient_accumulation_steps", 1)
+    if per_step < BUDGET_COMPLETIONS:
+        raise Fail("per_device_train_batch_size", f"{per_step} completions per optimizer step; the task keeps "
+                   f"{BUDGET_COMPLETIONS} (2 questions x 8). To hold fewer at once, keep the step: "
+                   "per_device_train_batch_size=8 with gradient_accumulation_steps=2.")
+    try:
+        est = budget_estimate(s)
+    except (PresetError, ValueError) as err:
+        raise Fail("the settings", f"these settings are refused before anything loads: {err}") from None
+    if not est.fits:
+        raise Fail("the budget", f"predicted {est.peak_gb:.2f} GB, over the {est.budget_gb:g} GB budget: "
+                                 f"{_over_budget_why(s, est)}.")
+
 
 ZERO_SPREAD_CASES = [(0.5, 2), (0.5, 4), (0.2, 8), (0.9, 8), (0.05, 16), (0.0, 4), (1.0, 6), (0.3, 1)]
 
@@ -219,6 +291,61 @@ def _judge_beta(answer):
         raise Fail(f"choice {choice}", f"not {choice!r}: {evidence}. {BETA_CHOICES[choice]}".rstrip(". ") + ".")
 
 
+# The recipe exercise (recipe_choice): a learning rate and a beta for a 40-step cpu run, each justified by the
+# kit's measured runs (helpers.teaching.measured_runs): a run where the choice learned and one where its
+# alternative did not. What each measured run changed from the preset, for the recipe's two settings:
+RECIPE_RUNS = {"default-seed0": {}, "default-seed1": {}, "default-seed2": {}, "lr-1e-3": {"learning_rate": 1e-3},
+               "earlier-recipe-seed2": {"learning_rate": 5e-4}, "beta-0.04": {"beta": 0.04}}
+RECIPE_TRIED = {"learning_rate": (1e-3, 5e-4, 2.5e-4), "beta": (0.0, 0.04)}
+
+
+def recipe_value(run_name: str, setting: str) -> float:
+    return RECIPE_RUNS[run_name].get(setting, getattr(get_preset("cpu"), setting))
+
+
+def _recipe_evidence(name: str) -> str:
+    from helpers.teaching import measured_runs
+
+    run = measured_runs.load(name)
+    return (f"{name} ({run.meta['what'][:60]}): accuracy {run.meta['before']['accuracy']:.2f} -> "
+            f"{run.meta['after']['accuracy']:.2f}")
+
+
+def _judge_recipe(answer):
+    from helpers.teaching import measured_runs
+
+    if not isinstance(answer, dict) or not {"learning_rate", "beta", "because"} <= set(answer):
+        raise Fail("the answer", "answer with a dict: {'learning_rate': ..., 'beta': ..., 'because': [run names]}")
+    cited = list(answer["because"]) if isinstance(answer["because"], (list, tuple)) else [answer["because"]]
+    for name in cited:
+        if name not in measured_runs.names():
+            raise Fail(f"run {name!r}", f"{name!r} is not a measured run: choose from {measured_runs.names()}.")
+        if name not in RECIPE_RUNS:
+            raise Fail(f"run {name!r}", f"{name} changed another setting ({measured_runs.load(name).meta['what'][:60]})"
+                       ": it says nothing about the learning rate or beta. Evidence for a setting comes from runs "
+                       "that differ in that setting only.")
+    for setting, tried in RECIPE_TRIED.items():
+        if not any(close(answer[setting], t, 1e-9) for t in tried):
+            raise Fail(setting, f"{setting}={answer[setting]!r} was not measured (tried: "
+                                f"{', '.join(f'{t:g}' for t in tried)}): a choice justified by the runs is one of those.")
+    same = {n: learned(measured_runs.load(n)) for n in RECIPE_RUNS
+            if all(close(recipe_value(n, o), answer[o], 1e-9) for o in RECIPE_TRIED)}  # the runs of this recipe
+    for name, ok in same.items():
+        if not ok:
+            setting = next(iter(RECIPE_RUNS[name]))
+            raise Fail(setting, f"{setting}={answer[setting]:g} did not learn: {_recipe_evidence(name)}. A larger "
+                       "step or a stronger pull is not faster learning on 40 steps: read the run's entropy and its "
+                       "most common answers.")
+    for setting in RECIPE_TRIED:
+        value = answer[setting]
+        shows = [n for n in cited if n in same]
+        against = [n for n in cited if not close(recipe_value(n, setting), value, 1e-9)]
+        if not shows or not against:
+            need = "no run where it learned" if not shows else "no run where another value did not"
+            raise Fail(f"because ({setting})", f"`because` names {need} for {setting}={value:g}: a choice is "
+                       "justified by a run that shows it working and one that shows the alternative failing.")
+
+
 CLIP_CASES = [(1.0, 1.0, 0.2), (1.5, 1.0, 0.2), (0.5, 1.0, 0.2), (0.5, -1.0, 0.2), (1.5, -1.0, 0.2),
               (1.1, 2.0, 0.2), (1.5, 1.0, 0.1), (0.7, -0.5, 0.2)]
 
@@ -273,13 +400,25 @@ def _judge_kl(fn):
 
 make_config = Exercise(
     LESSON, "make_config",
-    hint=("each blank but the precision flags is the preset's field of the same name.",
-          "num_generations=p.num_generations, per_device_train_batch_size=p.per_device_train_batch_size, and so on "
-          "for max_completion_length, beta and learning_rate.",
+    hint=("each blank depends on where it runs (on_gpu, bf16_ok) or on save_steps; the check tries a CPU, a T4 and "
+          "an A100.",
+          "vLLM and Unsloth's own gradient checkpointing exist only on the GPU; a run with save_steps None saves "
+          "nothing (save_strategy='no').",
           "precision follows the card: bf16=bf16_ok (an Ampere or newer GPU), fp16=on_gpu and not bf16_ok (a T4), "
-          "use_cpu=not on_gpu."),
+          "use_cpu=not on_gpu; use_vllm=on_gpu and p.fast_inference; gradient_checkpointing=p.gradient_checkpointing "
+          "and not on_gpu."),
     judge=_judge_config,
     success="it builds the config helpers.train builds, on a CPU, a T4 and an A100.")
+
+budget_fix = Exercise(
+    LESSON, "budget_fix",
+    hint=("print(budget_estimate(classmate).table()): which part is the largest? Change the setting that decides "
+          "it, not the group, the completion length or the completions per step.",
+          "two settings: gradient checkpointing (activations kept per layer, the rest recomputed) and vLLM's "
+          "up-front reservation (gpu_memory_utilization x 14.56 GB).",
+          "{**classmate, 'gradient_checkpointing': True, 'gpu_memory_utilization': 0.3}"),
+    judge=_judge_budget,
+    success="the group, the answers' room and the step are kept; the memory came from what the run did not need.")
 
 zero_spread_chance = Exercise(
     LESSON, "zero_spread_chance",
@@ -291,10 +430,142 @@ zero_spread_chance = Exercise(
 
 make_trainer = Exercise(
     LESSON, "make_trainer",
-    hint="GRPOTrainer(model=..., processing_class=<the tokenizer>, reward_funcs=..., args=<the config>, "
-         "train_dataset=..., callbacks=...).",
+    hint=("six keywords: model, processing_class, reward_funcs, args, train_dataset, callbacks; two of them are not "
+          "named after what they take.",
+          "GRPOTrainer(model=..., processing_class=<the tokenizer>, reward_funcs=..., args=<the config>, "
+          "train_dataset=..., callbacks=...)."),
     judge=_judge_trainer,
     success="this is the call helpers.run.pipeline.build_trainer makes.")
+
+# The rerun exercise (rerun_prediction): one setting changed (the sampling temperature), a prediction recorded,
+# then two one-step runs of the cpu preset, the same but for that setting; the check compares the prediction with
+# the first sampled batch of each. RERUN_MEASURED: the kit's own rerun (rerun_preset, seed 0, 2026-11-27:
+# first_batches([{}, {"temperature": 0.3}])), the comparison until the student's own has run.
+RERUN_SETTING = "temperature"
+RERUN_MEASURED = {"temperature": 0.3, "base": {"reward": 0.031, "entropy": 1.216, "reward_std": 0.062},
+                  "changed": {"reward": 0.156, "entropy": 0.117, "reward_std": 0.12}}
+RERUN_KEYS = ("reward", "entropy", "reward_std", "frac_reward_zero_std", "completions/mean_length",
+              "completions/clipped_ratio")
+RERUN_CHOICES = {
+    "a": "a lower temperature samples the model's likelier tokens, and this model's likeliest answers are better "
+         "than its random ones: the same weights, sampled more carefully. Here that did not show",
+    "b": "temperature changes more than the wording: it decides which tokens, so which answers, are sampled; the "
+         "batch's rewards follow",
+    "c": "exploration pays over many steps (a group that differs is what GRPO learns from), not within one sampled "
+         "batch: fewer random tokens means fewer broken answers in it",
+}
+
+
+@dataclass
+class RerunOutcome:
+    """Two one-step runs that differ in one setting: the prediction recorded before they ran, their first batch."""
+    setting: str
+    value: float
+    prediction: str
+    base: dict
+    changed: dict
+
+    def table(self) -> str:
+        rows = [f"  {'':<26}{'preset':>10}{f'{self.setting}={self.value:g}':>18}"]
+        rows += [f"  {k:<26}{self.base[k]:>10.3f}{self.changed[k]:>18.3f}" for k in RERUN_KEYS
+                 if k in self.base and k in self.changed]
+        return "\n".join(rows)
+
+
+def rerun_truth(base: dict, changed: dict) -> tuple[str, str]:
+    """(letter, evidence): did the first sampled batch's reward rise (a), stay (b) or fall (c) with the change?"""
+    delta = changed["reward"] - base["reward"]
+    letter = "a" if delta > 0.05 else "c" if delta < -0.05 else "b"
+    return letter, (f"the first batch's reward went {base['reward']:.3f} -> {changed['reward']:.3f} and its entropy "
+                    f"{base['entropy']:.2f} -> {changed['entropy']:.2f} nats per token")
+
+
+def rerun_preset(seed: int = 0):
+    """The short run the rerun exercise compares: the cpu preset, one step of one group of 4 (the same on every
+    runtime and in CI, so the kit's own rerun, RERUN_MEASURED, is what a student's reproduces)."""
+    return get_preset("cpu").with_overrides(num_generations=4, per_device_train_batch_size=4, max_steps=1, eval_size=1,
+                                            train_size=8, seed=seed)
+
+
+def first_batches(changes: list[dict], seed: int = 0) -> list[dict]:
+    """One short run of rerun_preset per change, through the kit's pipeline (no evaluation, no checkpoint, each in
+    a temporary folder): the logs of each run's first sampled batch. The model is loaded once and its adapter put
+    back between runs, so each starts from the same weights."""
+    import tempfile
+
+    from helpers.run import pipeline
+    from helpers.run.metrics import read_metrics
+
+    loaded, start, rows = None, None, []
+    for change in changes:
+        run_dir = Path(tempfile.mkdtemp(prefix="grpo-rerun-"))
+        state = pipeline.start(rerun_preset(seed).with_overrides(**change),
+                               pipeline.RunOptions(run_dir=str(run_dir), overwrite=True, save_steps=0, dashboard="off"))
+        if loaded is None:
+            loaded = pipeline.load_model(state)
+            start = {k: v.detach().clone() for k, v in loaded[0].state_dict().items() if "lora_" in k}
+        else:
+            loaded[0].load_state_dict(start, strict=False)
+            state.model, state.tokenizer = loaded
+        train_dataset, _ = pipeline.load_data(state)
+        pipeline.train(state, pipeline.build_trainer(state, train_dataset))
+        state.folder.release()
+        rows.append(next(r for r in read_metrics(run_dir / "metrics.jsonl") if "reward" in r))
+    return rows
+
+
+def _first_batches(changes: list[dict]) -> list[dict]:
+    """first_batches here; in a fresh process when Unsloth is loaded (it patches TRL for the GPU)."""
+    import json
+    import subprocess
+    import sys
+
+    if "unsloth" not in sys.modules:
+        return first_batches(changes)
+    code = ("import json, sys; from helpers.teaching.exercises import nb05; "
+            "print(json.dumps(nb05.first_batches(json.loads(sys.argv[1]))))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(changes)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[3])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class _RerunExercise(Exercise):
+    """The predict-change-rerun exercise: .rerun(value, prediction) records the prediction, then runs."""
+
+    def rerun(self, value, prediction):
+        """Two one-step runs of rerun_preset, the second with temperature=value: about a minute on 2 cores.
+        Returns the RerunOutcome the check compares with."""
+        try:
+            choice = letter_of(prediction, RERUN_CHOICES)
+        except Fail as f:
+            print(f"Record your prediction first ({f.message}); nothing was run.")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            print(f"{RERUN_SETTING} = {value!r}: choose a value between 0 and 1 (the preset samples at 1.0; 0 would "
+                  "make every completion of a group the same); nothing was run.")
+            return None
+        print(f"Your prediction, recorded: {choice!r}. Running the cpu preset, then {RERUN_SETTING}={value:g}, one "
+              "step each ...")
+        rows = _first_batches([{}, {RERUN_SETTING: float(value)}])
+        outcome = RerunOutcome(RERUN_SETTING, float(value), choice, *rows)
+        print(outcome.table())
+        return outcome
+
+
+def _judge_rerun(answer, outcome=None):
+    choice = letter_of(answer, RERUN_CHOICES)
+    if outcome is None:  # not rerun here yet: the kit's own rerun
+        m = RERUN_MEASURED
+        outcome = RerunOutcome(RERUN_SETTING, m["temperature"], choice, m["base"], m["changed"])
+    elif outcome.prediction != choice:
+        raise Fail("your prediction", f"the rerun recorded {outcome.prediction!r} before it ran, and you now answer "
+                   f"{choice!r}: a prediction made after the result is not one. Run ex.{rerun_prediction.qid}.rerun"
+                   "(...) again with the new prediction.")
+    truth, evidence = rerun_truth(outcome.base, outcome.changed)
+    if choice != truth:
+        raise Fail(f"choice {choice}", f"not {choice!r}: at {outcome.setting}={outcome.value:g} {evidence}. "
+                                       f"{RERUN_CHOICES[choice]}.")
+
 
 class _MeasuredRunsExercise(Exercise):
     """The exercise on four of the kit's measured runs: .plot() draws their curves, .runs() gives their logs."""
@@ -313,6 +584,14 @@ learned_or_not = _MeasuredRunsExercise(
          "is near 0 writes the same answer every time.",
     judge=_judge_learned,
     success="the training reward alone could not tell these runs apart: evaluate on held-out questions.")
+
+rerun_prediction = _RerunExercise(
+    LESSON, "rerun_prediction",
+    hint="temperature divides the logits before sampling: below 1 the likeliest tokens get likelier. Is this "
+         "model's likeliest answer better or worse than a random one? (Its greedy accuracy is in before.json.)",
+    judge=_judge_rerun,
+    success="the batch's reward moved with no training at all: the sampler, not the weights. That is why the "
+            "evaluation samples greedily and training at 1.0: GRPO needs completions that differ (the zero-spread exercise).")
 
 clipped_objective = Exercise(
     LESSON, "clipped_objective",
@@ -336,5 +615,14 @@ beta_prediction = Exercise(
     success="the penalty kept the policy near the start (higher entropy, kl mostly 0.1-0.2), and on this small "
             "model 40 steps near the start were not enough to learn the arithmetic. TRL's default is "
             "beta = 0 for reasons like this one (and it saves the reference model's memory).")
+
+recipe_choice = Exercise(
+    LESSON, "recipe_choice",
+    hint=("the runs' names say what each changed; run.label() and run.meta['what'] say more. Which learning rate and "
+          "which beta learned on every run that used them?",
+          "learning_rate 2.5e-4 (default-seed0/1/2 learned; lr-1e-3 and earlier-recipe-seed2 collapsed), beta 0.0 "
+          "(default-seed0 against beta-0.04)."),
+    judge=_judge_recipe,
+    success="each setting chosen from runs that differ in it alone, with the run that rules out the alternative.")
 
 __getattr__, __dir__ = numbered(globals())  # ex.q1, ex.q2 ...: in the lesson's order (registry.json)

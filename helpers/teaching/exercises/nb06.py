@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from helpers.evaluation import pass_at_k
 from helpers.teaching.exercises.core import Exercise, Fail, call, close, numbered
 
@@ -25,6 +27,13 @@ def _judge_pass_at_k(fn):
                        "replacement: 1 - C(n-c, k) / C(n, k)")
             elif close(got, c / n, 1e-6):
                 why = " - c/n is pass@1 only; for k > 1 it is the chance that at least one of k picked samples is right"
+            elif close(got, min(1.0, c * k / n), 1e-6):
+                why = (" - chances of several samples do not add (k x c/n can pass 1): at least one right is 1 minus "
+                       "the chance that all k are wrong")
+            elif close(got, math.comb(c, k) / math.comb(n, k), 1e-6):
+                why = " - that is the chance that ALL k picked samples are right; pass@k needs at least one"
+            elif not isinstance(got, (int, float)) or not 0 <= got <= 1:
+                why = " - a probability is between 0 and 1: 1 - C(n-c, k) / C(n, k)"
             raise Fail(case, f"for {case} you returned {got!r}; it should be {truth:.4f}{why}.")
 
 

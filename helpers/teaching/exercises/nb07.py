@@ -24,11 +24,14 @@ def _judge_lab_length(answer):
     est = lab_fits(answer)
     if not est.fits:
         raise Fail(f"max_completion_length={answer}", f"max_completion_length={answer} does not fit: predicted "
-                   f"{est.peak_gb:.2f} GB, over {LAB_BUDGET_GB:g} GB with {LAB_GENERATIONS} generations.")
+                   f"{est.peak_gb:.2f} GB, over {LAB_BUDGET_GB:g} GB with {LAB_GENERATIONS} generations: the activations "
+                   "and logits grow with every token of every completion, and the budget is not the card's 14.56 GB "
+                   "(vLLM's reservation and the CUDA context come out of it first).")
     nxt = lab_fits(answer + LAB_STEP)
     if nxt.fits:
         raise Fail(f"max_completion_length={answer}", f"max_completion_length={answer} fits ({est.peak_gb:.2f} GB) "
-                   f"but {answer + LAB_STEP} fits too ({nxt.peak_gb:.2f} GB): find the largest.")
+                   f"but {answer + LAB_STEP} fits too ({nxt.peak_gb:.2f} GB): find the largest (test every multiple of "
+                   f"{LAB_STEP}, do not stop at a round number).")
 
 
 largest_completion_length = Exercise(
