@@ -544,3 +544,24 @@ def test_06_train_if_missing_on_a_gpu_evaluates_with_the_tiny_runs_engine(tmp_pa
     assert {s["completion"] for s in result["after"]["samples"]} == {"answer-for:trained-v2"}  # the saved adapter
     with pytest.raises(hm.ModelSetupError, match="already running"):  # the dead end the lesson no longer takes
         evaluation.load_for_eval(kit.preset, notebook["adapter"], kit.runtime)
+
+
+def test_06_gguf_cell_exports_the_evaluated_adapter_on_a_cpu_and_on_a_t4(tmp_path, monkeypatch):
+    """06's GGUF cell, run as the notebook runs it, with the exports recorded instead of written: on a CPU the F16
+    merge of the adapter 06 evaluated (export_gguf_cpu, whose file tests/test_sharing.py reads back), on a T4
+    Unsloth's export (export_gguf); with EXPORT_GGUF = False nothing. (06's notebook test leaves EXPORT_GGUF off:
+    one 270 MB GGUF written per suite run, not two.)"""
+    calls, listed = [], []
+    monkeypatch.setattr(sharing, "export_gguf_cpu", lambda *a, **kw: calls.append(("cpu", a, kw)) or tmp_path / "g")
+    monkeypatch.setattr(sharing, "export_gguf", lambda *a, **kw: calls.append(("gpu", a, kw)) or tmp_path / "g")
+    course = types.SimpleNamespace(list_folder=lambda folder, note: listed.append(folder))
+    cell = compile(_lesson_cell("06_evaluate_and_save", "sharing.export_gguf_cpu("), "<06>", "exec")
+    model, tokenizer, adapter, exports = object(), object(), tmp_path / "adapter", tmp_path / "exports"
+    for on_gpu, export in ((False, True), (True, True), (False, False)):
+        kit = types.SimpleNamespace(on_gpu=on_gpu, preset=T4 if on_gpu else get_preset("cpu"))
+        exec(cell, {"EXPORT_GGUF": export, "OVERWRITE_EXPORTS": False, "kit": kit, "model": model,  # noqa: S102
+                    "tokenizer": tokenizer, "adapter": adapter, "exports": exports, "sharing": sharing,
+                    "course": course})
+    assert calls == [("cpu", (model, exports / "gguf", get_preset("cpu")), {"adapter_path": adapter, "overwrite": False}),
+                     ("gpu", (model, tokenizer, exports / "gguf"), {"overwrite": False})]
+    assert listed == [tmp_path / "g", tmp_path / "g"]  # the folder is shown after each export, not without one

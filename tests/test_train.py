@@ -1,6 +1,7 @@
 """The main job, end to end: real GRPO steps on CPU, and the errors that must come before any model loads."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -87,15 +88,24 @@ def test_checkpoint_dir_that_cannot_be_created_is_named(tmp_path):
         write_config(RunFolder(tmp_path / "run", blocker / "ckpts"), {"preset": "cpu"}, save_steps=5)
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One tiny real main job shared by the tests below (a GRPO run costs a minute or more on 2 cores): run through
+    scripts/benchmark_cpu.py's run_once, which is `python -m helpers.train` with the benchmark's step timer, so the
+    same run also tests the benchmark's plumbing."""
+    from scripts import benchmark_cpu
+
+    run = tmp_path_factory.mktemp("tiny-main-job") / "run"
+    result = benchmark_cpu.run_once(ROOT, steps=2, eval_size=3, extra=[
+        "--num-generations", "4", "--batch-size", "8", "--max-completion-length", "32", "--eval-max-new-tokens", "24",
+        "--reward", "helpers.rewards:DEFAULT_REWARDS", "--reward", "tests.student_reward:brevity_reward"], run_dir=run)
+    return run, result
+
+
 @pytest.mark.slow
-def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tmp_path):
-    run = tmp_path / "run"
-    r = _cli("--preset", "cpu", "--max-steps", "2", "--eval-size", "3", "--num-generations", "4",
-             "--batch-size", "8", "--max-completion-length", "32", "--eval-max-new-tokens", "24",
-             "--reward", "helpers.rewards:DEFAULT_REWARDS", "--reward", "tests.student_reward:brevity_reward",
-             "--run-dir", str(run))
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"results in {run}" in r.stdout
+def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tiny_run):
+    run, result = tiny_run
+    assert f"results in {run}" in result["stdout"]
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["preset"] == "cpu" and summary["steps"] == 2 and summary["wall_seconds"] > 0
@@ -120,3 +130,33 @@ def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tmp_path):
     weights = load_file(run / "adapter" / "adapter_model.safetensors")
     b = [t for name, t in weights.items() if "lora_B" in name]
     assert b and sum(float(t.abs().sum()) for t in b) > 0
+
+
+@pytest.mark.slow
+def test_real_steps_get_every_phase_and_the_phases_add_up_to_the_step(tiny_run):
+    """helpers/run/step_timing.py on the same run: every phase timed, the phases summing to the step."""
+    from helpers.run.step_timing import PHASES, PREFIX
+
+    _, run = tiny_run
+    rows = run["rows"]
+    assert [r["step"] for r in rows] == [1, 2]
+    sampled, reused = rows  # the cpu preset trains on each sampled batch twice (num_iterations=2)
+    for row in rows:
+        for phase in PHASES:
+            assert row[f"{PREFIX}{phase}_s"] >= 0, (phase, row)
+        step = row[f"{PREFIX}step_s"]
+        # the real work of a GRPO step: the loss's forward pass, its backward pass, the optimizer
+        for phase in ("policy_forward", "backward", "optimizer"):
+            assert row[f"{PREFIX}{phase}_s"] > 0, (phase, row)
+        # the old log-probabilities come from the first loss pass, not from a no-grad pass of their own
+        assert row[f"{PREFIX}logps_nograd_s"] == 0, row
+        assert sum(row[f"{PREFIX}{p}_s"] for p in PHASES) == pytest.approx(step, rel=0.02, abs=0.01)
+        # TRL's own step clock (training_step only) sits inside ours
+        assert row["step_time"] <= step + 0.01
+    assert sampled[f"{PREFIX}generation_s"] > 0 and 0 < sampled[f"{PREFIX}generation_tokens"] <= 8 * 32
+    assert reused[f"{PREFIX}generation_s"] == 0 and reused[f"{PREFIX}generation_tokens"] == 0
+    t = run["time"]
+    assert t["steps"] == 2 and t["seconds"]["step"] == pytest.approx(sum(r[f"{PREFIX}step_s"] for r in rows), abs=0.02)
+    assert t["generation_tokens_per_s"] > 0 and sum(t["share"].values()) == pytest.approx(1, abs=0.02)
+    assert t["seconds"]["step"] <= run["train_seconds"] + 0.1  # the rows cover training, not loading or evaluation
+    assert 0 < run["busy_cores"] <= os.cpu_count() + 0.5
