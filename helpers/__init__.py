@@ -12,12 +12,14 @@ The core, flat (each imports only the core below it):
     model.py           load (Unsloth + vLLM on GPU, the embedded model + peft on CPU) and one generate() for both
     cli.py             command-line flags generated from dataclass fields (helpers.train, helpers.memory)
     cpu_compat.py      the CPU maths: a plain-PyTorch log-prob kernel (no Triton), the shared-prompt loss, bf16 sampler
+    speedups.py        the CPU path's speed-ups by name: a switch each (--cpu-speedups-off), the ones a run used
     evaluation.py      greedy accuracy, format rate and pass@k, before and after training
     sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed); find an adapter
 Front doors (commands and the notebooks' setup):
     train.py           python -m helpers.train: the command line of the run (helpers.run.pipeline does the work)
     evaluate.py        python -m helpers.evaluate: before/after and pass@k of a saved run
     capstone.py        python -m helpers.capstone: checks a student's train_grpo.py
+    capstone_watch.py  its watch in the student's Python: train()'s steps by its own callback, the pipeline stopped
     notebook_setup.py  the setup cell of every notebook: its text and prepare() (the preset, the guards, the run folder)
     colab.py           its Colab half: which lessons need the T4, find or clone the kit, install once, Drive
 run/        the run's wing: everything between the setup cell (or the command line) and the results:

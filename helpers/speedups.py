@@ -7,7 +7,9 @@ used in summary.json ("cpu_speedups"), and any of them can be turned off to comp
     python -m helpers.train --preset cpu --cpu-speedups-off gqa_attention,plain_sampler
     GRPO_KIT_SPEEDUPS_OFF=all python -m helpers.train --preset cpu      # the environment works everywhere too
 
-bf16 sampling is not listed here: it changes the samples, so it is a setting of its own (cpu_bf16_sampling).
+bf16 sampling and the bf16 loss are not listed here: they change the numbers, so each is a setting of its own
+(cpu_bf16_sampling, cpu_bf16_loss). Choosing the thread count per phase was measured and not adopted
+(docs/performance.md, issue 33's entry).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ SPEEDUPS: dict[str, str] = {
     "finished_rows_leave": "rows that reached their end of text stop being decoded",
     "pass_at_k_one_call": "pass@k draws all its samples in one generate call per batch, not one call per round",
     "before_eval_cache": "the evaluation of the unchanged base model is reused from an earlier identical one",
-    "threads_per_phase": "decoding and the loss each use the thread count measured fastest for them",
 }
 
 

@@ -2,3 +2,15 @@ import os
 
 # Same as helpers/__init__.py, for test modules that import torch before helpers.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _speedups_back_on():
+    """A test whose run turned CPU speed-ups off (pipeline.start configures them per process) leaves them on again."""
+    yield
+    from helpers import speedups
+
+    speedups.configure(None)

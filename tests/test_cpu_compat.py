@@ -43,7 +43,7 @@ import types  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers.cpu_compat import Bf16Sampler, prompt_group_size, shared_prompt_logps  # noqa: E402
+from helpers.cpu_compat import PlainSampler, prompt_group_size, shared_prompt_logps  # noqa: E402
 from helpers.run.trl_patches import speed_up_grpo_on_cpu  # noqa: E402
 from helpers.model import generate_shared_prefix, merged_lora  # noqa: E402
 
@@ -197,7 +197,7 @@ def test_merged_lora_generates_with_the_adapter_and_restores_the_weights():
 
 def test_bf16_sampler_follows_the_trained_weights():
     model = tiny_lora_model(fused_head=False).eval()
-    sampler = Bf16Sampler(model)
+    sampler = PlainSampler(model, torch.bfloat16)
     ids = torch.randint(3, 300, (2, 12))
     with torch.no_grad():
         for step in range(2):  # a training step changes LoRA B; sync must carry it over
@@ -221,7 +221,7 @@ def test_bf16_sampler_decodes_with_a_kv_cache_after_grpotrainer_turned_it_off():
     base = model.get_base_model()
     base.config.use_cache = False
     base.generation_config.use_cache = False
-    sampler = Bf16Sampler(model)
+    sampler = PlainSampler(model, torch.bfloat16)
     widths = []
     hook = sampler.model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]),
                                                    with_kwargs=True)
@@ -235,7 +235,27 @@ def test_bf16_sampler_decodes_with_a_kv_cache_after_grpotrainer_turned_it_off():
     assert base.config.use_cache is False  # the policy's own config is left as the trainer set it
 
 
-@pytest.mark.parametrize("bf16_sampling", [False, True], ids=["fp32-merged", "bf16-sampler"])
+def test_plain_fp32_sampler_samples_the_same_tokens_as_the_policy_with_merged_lora():
+    """Speed-up plain_sampler: the copy without peft wrappers holds W + BA computed as peft's merge does, so with
+    one seed it samples exactly the tokens the peft policy samples with merged_lora, also after a training step."""
+    model = tiny_lora_model(fused_head=False).eval()
+    sampler = PlainSampler(model, torch.float32)
+    ids = torch.randint(3, 300, (4, 12))
+    settings = dict(max_new_tokens=12, do_sample=True, temperature=TEMPERATURE, pad_token_id=0)
+    with torch.no_grad():
+        for step in range(2):
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(torch.randn_like(p) * 0.1)
+            torch.manual_seed(step)
+            with merged_lora(model):
+                expected = model.generate(input_ids=ids, **settings)
+            torch.manual_seed(step)
+            got = sampler.sync().generate(input_ids=ids, **settings)
+            assert got.shape == expected.shape and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("bf16_sampling", [False, True], ids=["fp32-sampler", "bf16-sampler"])
 def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, bf16_sampling):
     import helpers.cpu_compat as cpu_compat
     import helpers.model as kit_model
@@ -256,11 +276,10 @@ def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, b
 
     def spy_generate(sampling_model, *args, **kwargs):
         used["generation"] += 1
-        if bf16_sampling:  # the bf16 copy samples, the fp32 policy is left as it is
-            assert sampling_model is trainer._kit_sampler.model
-            assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
-        else:  # the policy samples, with LoRA merged
-            assert sampling_model.base_model.model.model.layers[0].self_attn.q_proj.merged
+        # the plain copy (bf16, or fp32: speed-up plain_sampler) samples, the fp32 policy is left as it is
+        assert sampling_model is trainer._kit_sampler.model
+        assert next(sampling_model.parameters()).dtype == (torch.bfloat16 if bf16_sampling else torch.float32)
+        assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
         return real_generate(sampling_model, *args, **kwargs)
 
     monkeypatch.setattr(trl_patches, "shared_prompt_logps", spy_logps)
@@ -340,15 +359,18 @@ def test_old_logps_come_from_the_first_pass_only_where_that_is_exact():
     assert not old_logps_from_first_pass(types.SimpleNamespace(num_iterations=2, args=one_slice, use_vllm=True))
 
 
-@pytest.mark.parametrize("asked,native,sampler", [(False, True, False), (True, True, True), (True, False, False)])
-def test_prepare_trainer_samples_in_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
-                                                                             asked, native, sampler):
+@pytest.mark.parametrize("asked,native,bf16", [(False, True, False), (True, True, True), (True, False, False)])
+def test_prepare_trainer_uses_bf16_only_when_the_preset_asks_and_the_cpu_has_it(tmp_path, monkeypatch, capsys,
+                                                                                asked, native, bf16):
     from helpers.config import get_preset
     from helpers.run import pipeline
 
     monkeypatch.setattr(trl_patches, "cpu_has_native_bf16", lambda: native)
     trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2, lambda completions, **kw: [0.0] * len(completions))
-    pipeline.prepare_trainer(trainer, get_preset("cpu", cpu_bf16_sampling=asked))
+    pipeline.prepare_trainer(trainer, get_preset("cpu", cpu_bf16_sampling=asked, cpu_bf16_loss=asked))
     assert trainer._kit_cpu_speedups
-    assert isinstance(trainer._kit_sampler, Bf16Sampler) if sampler else trainer._kit_sampler is None
-    assert ("no native bf16" in capsys.readouterr().out) == (asked and not native)
+    assert isinstance(trainer._kit_sampler, PlainSampler)  # fp32 copy (plain_sampler) unless bf16 applies
+    assert trainer._kit_sampler.dtype == (torch.bfloat16 if bf16 else torch.float32)
+    assert trainer._kit_bf16_loss is bf16
+    out = capsys.readouterr().out
+    assert ("cpu_bf16_sampling and cpu_bf16_loss: this CPU has no native bf16" in out) == (asked and not native)

@@ -62,6 +62,8 @@ CHANGES = {
     "logging_steps": (2, None),
     "seed": (7, None),
     "cpu_bf16_sampling": (True, None),
+    "cpu_bf16_loss": (True, None),
+    "cpu_speedups_off": (("plain_sampler",), None),
     "eval_max_new_tokens": (20, None),
     "accelerate_config": ("configs/accelerate/cpu_2proc.yaml", None),
     "num_processes": (2, None),

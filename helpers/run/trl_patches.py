@@ -41,9 +41,11 @@ import collections
 import contextlib
 import types
 
+import torch
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from helpers.cpu_compat import Bf16Sampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
+from helpers import speedups
+from helpers.cpu_compat import PlainSampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
 from helpers.messages import say
 from helpers.model import generate_shared_prefix, merged_lora
 from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
@@ -71,15 +73,15 @@ def patch_trl_for_cpu() -> bool:
 
 def install_trainer_patches(trainer, preset=None) -> None:
     """Install the kit's patches on this trainer, in the order of the table above. preset: asks for bf16
-    sampling on CPU (cpu_bf16_sampling), which is used only where the CPU has native bf16."""
+    sampling and loss on CPU (cpu_bf16_sampling, cpu_bf16_loss), used only where the CPU has native bf16."""
     if trainer.args.use_cpu:  # each group's prompt once in generation and loss (docs/performance.md)
         patch_trl_for_cpu()
-        bf16_sampling = bool(preset and preset.cpu_bf16_sampling)
-        if bf16_sampling and not cpu_has_native_bf16():
-            say("cpu_bf16_sampling: this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 is "
-                "slower than fp32; sampling in fp32 instead")
-            bf16_sampling = False
-        speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16_sampling)
+        bf16 = {name: bool(preset and getattr(preset, name, False)) for name in ("cpu_bf16_sampling", "cpu_bf16_loss")}
+        if any(bf16.values()) and not cpu_has_native_bf16():
+            say(f"{' and '.join(n for n, on in bf16.items() if on)}: this CPU has no native bf16 (AVX512-BF16 or "
+                "AMX), where bf16 is slower than fp32; running in fp32 instead")
+            bf16 = dict.fromkeys(bf16, False)
+        speed_up_grpo_on_cpu(trainer, bf16_sampling=bf16["cpu_bf16_sampling"], bf16_loss=bf16["cpu_bf16_loss"])
     for callback in list(trainer.callback_handler.callbacks):  # TrainingHealth, TrainingDashboard: their own part
         install = getattr(callback, "install_patches", None)
         if callable(install):
@@ -118,18 +120,35 @@ def one_line_per_step(trainer) -> None:
 # MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
 
 
-def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False):
+def _sampler_for(policy, bf16_sampling: bool):
+    """The PlainSampler that samples for this policy (bf16, or fp32 with speed-up plain_sampler), or None: the
+    policy itself samples (a model without peft, or plain_sampler off)."""
+    if not hasattr(policy, "get_base_model"):
+        return None
+    if bf16_sampling:
+        return PlainSampler(policy, torch.bfloat16)
+    return PlainSampler(policy, torch.float32) if speedups.enabled("plain_sampler") else None
+
+
+def _loss_precision(trainer, bf16_loss: bool):
+    """The loss's autocast: bf16 on the CPU (cpu_bf16_loss; the log-prob head stays fp32), else accelerate's."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16_loss else trainer.accelerator.autocast()
+
+
+def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False, bf16_loss: bool = False):
     """Install the faster generation and the shared-prompt loss on this trainer instance (not the class); returns
     the trainer.
 
-    Completions are sampled with the shared prompt pre-filled once, by the fp32 model with its LoRA adapter merged
-    (the same samples as TRL's own generate), or with bf16_sampling by a Bf16Sampler (faster where the CPU has
-    native bf16, see cpu_has_native_bf16; different samples)."""
+    Completions are sampled with the shared prompt pre-filled once, by a plain fp32 copy of the policy with the
+    step's LoRA merged in (PlainSampler; the same samples as TRL's own generate), or with bf16_sampling by a bf16
+    copy (faster where the CPU has native bf16, see cpu_has_native_bf16; different samples). bf16_loss: the loss's
+    forward and backward under bf16 autocast. Each speed-up can be turned off by name (helpers.speedups)."""
     if getattr(trainer, "_kit_cpu_speedups", False):
         return trainer
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    sampler = Bf16Sampler(policy) if bf16_sampling and hasattr(policy, "get_base_model") else None
+    sampler = _sampler_for(policy, bf16_sampling)
     trainer._kit_sampler = sampler
+    trainer._kit_bf16_loss = bf16_loss
     original_generate_turn = trainer._generate_single_turn
     original_logps = trainer._get_per_token_logps_and_entropies
 
@@ -153,19 +172,21 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
                                            batch_size=None, compute_entropy=False, compute_aux_loss=False,
                                            **multimodal):
-        result = None
-        if not compute_aux_loss and all(value is None for value in multimodal.values()):
-            with self.accelerator.autocast():
+        with _loss_precision(self, bf16_loss):
+            result = None
+            if (speedups.enabled("shared_prompt_loss") and not compute_aux_loss
+                    and all(value is None for value in multimodal.values())):
                 result = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, self.temperature,
                                              compute_entropy=compute_entropy, batch_size=batch_size)
-        if result is None:
-            return original_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                                  compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+            if result is None:
+                return original_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                                      compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss,
+                                      **multimodal)
         return result[0], result[1], None
 
     trainer._generate_single_turn = types.MethodType(_generate_single_turn, trainer)
     trainer._get_per_token_logps_and_entropies = types.MethodType(_get_per_token_logps_and_entropies, trainer)
-    if old_logps_from_first_pass(trainer):
+    if speedups.enabled("old_logps_first_pass") and old_logps_from_first_pass(trainer):
         take_old_logps_from_the_first_pass(trainer)
     trainer._kit_cpu_speedups = True
     return trainer
