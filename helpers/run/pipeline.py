@@ -27,9 +27,10 @@ from pathlib import Path
 
 from helpers import data
 from helpers import runtime as rt
+from helpers import speedups
 from helpers.config import Preset, PresetError, build_grpo_config
-from helpers.evaluation import (eval_report, evaluate, load_before, pass_at_k_before_after, save_before, summary_of,
-                                write_eval, write_samples)
+from helpers.evaluation import (eval_report, evaluate, evaluate_base, load_before, pass_at_k_before_after, save_before,
+                                summary_of, write_eval, write_samples)
 from helpers.memory.monitor import MemoryMonitor
 from helpers.messages import say
 from helpers.memory.oom_doctor import oom_advice
@@ -119,6 +120,7 @@ def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, 
     runtime = runtime if runtime is not None else rt.detect()
     dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
     guard.check_before_loading(preset, runtime, num_processes=dist.world_size, options=options)
+    speedups.configure(preset.cpu_speedups_off)  # this run's switches (on top of $GRPO_KIT_SPEEDUPS_OFF)
     reward_funcs = _checked_rewards(reward_funcs, options)
     run_dir = resolve_run_dir(options.run_dir or None, preset.name)
     checkpoint_dir = options.checkpoint_dir
@@ -168,7 +170,7 @@ def evaluate_before(state: RunState, heldout) -> dict | None:
         return None  # several processes: process 0 evaluates and writes; the others go straight to training
     if before is None:
         say("evaluating before training ...")
-        before = evaluate(state.model, state.tokenizer, heldout, state.preset)
+        before = evaluate_base(state.model, state.tokenizer, heldout, state.preset)  # the adapter is still fresh
         save_before(state.run_dir / "before.json", before, state.preset)
         if state.save_steps and not checkpoints_inside(folder):
             shutil.copy2(state.run_dir / "before.json", folder.checkpoint_dir / "before.json")
@@ -299,6 +301,11 @@ def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
     return after
 
 
+def _speedups_used(preset: Preset) -> dict:
+    """summary.json's "cpu_speedups": the CPU path's speed-ups this run used (helpers.speedups); none elsewhere."""
+    return {"cpu_speedups": speedups.active()} if preset.backend.is_cpu else {}
+
+
 def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
     """A run that helpers.run.health stopped (NaN/inf, unusable rewards): no adapter and no evaluation of the bad
     weights; summary.json says what happened and the fix, the reward curve shows the steps that ran."""
@@ -314,7 +321,7 @@ def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
                "wall_seconds": round(time.time() - state.started, 1),
                "train_seconds": round(_train_seconds(trainer), 1), "before": summary_of(before) if before else None,
                "after": None, "reward_funcs": reward_names(state.reward_funcs), "runtime": state.runtime.describe(),
-               "time": summarize_step_times(rows)}
+               "time": summarize_step_times(rows), **_speedups_used(state.preset)}
     (state.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     state.folder.release()
     say(f"the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
@@ -350,6 +357,7 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
         "reward_funcs": reward_names(state.reward_funcs),
         "runtime": state.runtime.describe(),
         "time": summarize_step_times(rows),  # where the training time went, per phase (helpers.run.step_timing)
+        **_speedups_used(preset),
     }
     pass_k = None
     if state.options.pass_k_samples:
