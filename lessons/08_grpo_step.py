@@ -6,6 +6,7 @@
 # 05 let `GRPOTrainer` take the steps. Here you take one yourself, every part in plain sight: sample a group of
 # completions of one question with `model.generate`, score them, turn the rewards into advantages, write the loss,
 # take one optimizer step, and watch the probability of the rewarded completions go up and the others go down.
+# Then you write the loop that repeats that step on new groups, and watch the reward rise beside TRL's own run.
 #
 # It uses the embedded SmolLM2-135M with a LoRA adapter, on the CPU, on **any** runtime (a GPU one included), so
 # every student can run it: the algorithm is the same on the T4, only bigger.
@@ -16,9 +17,11 @@
 # - Build the completion mask TRL builds: every token up to and including the first end-of-sequence token.
 # - Write the token-level clipped policy loss yourself, checked against TRL's `GRPOTrainer._compute_loss`.
 # - See one optimizer step move each completion's log-probability in the direction of its advantage.
+# - Write the GRPO training loop yourself and watch the format reward rise, beside TRL's `GRPOTrainer` on the same settings.
 #
 # **Expected time on a Colab CPU runtime:** the CPU-stack install (about a minute, estimate) plus about a minute
-# with the embedded model (see docs/instructor-guide.md for the measured time).
+# with the embedded model for sections 1 to 6, and a few minutes for the loop of section 7 (estimate; see
+# docs/instructor-guide.md for the measured time).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -35,6 +38,7 @@ BATCH_SIZE = None             # unused here: one group is the batch
 MAX_COMPLETION_LENGTH = None  # tokens per completion (cpu preset: {{cpu.max_completion_length}})
 EVAL_MAX_NEW_TOKENS = None    # unused here
 SEED = 0                      # the sampling seed: change it to see another group
+LOOP_STEPS = None             # steps of section 7's loop (None: grpo_math.LOOP's, the number measured to learn)
 
 # %%
 # Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
@@ -256,10 +260,89 @@ print(f"loss after the step ({whose}): {ours:+.6f}; TRL's _compute_loss: "
       f"{float(ratio.max()):.3f}, {float(((ratio < 1 - epsilon) | (ratio > 1 + epsilon)).float().mean()):.0%} of tokens outside the clip range)")
 
 # %% [markdown]
+# ## 7. The loop: GRPO that learns
+#
+# One step made the rewarded completions likelier. Training is that step again and again, each time on a new group
+# of a new question: sample, score, advantages, loss, optimizer step. Here the reward is the format reward alone
+# (`helpers.rewards.tag_count_reward`: 0.125 for each of the four tags that appears exactly once), because the
+# small model learns it in minutes on a CPU; correctness takes far longer.
+#
+# The loop's settings are `grpo_math.LOOP` (printed below): the same ones `scripts/lesson08_trl_curve.py` gave TRL's
+# `GRPOTrainer` (the kit's `python -m helpers.train`, one optimizer step per group, a constant learning rate) to
+# store TRL's reward curve in `results/lesson08-trl-curve.json`. The model is loaded again, so the loop starts from
+# the base model with a fresh adapter, as TRL's run did. `sample(step)` is sections 1 and 4 as one function (a group
+# of question `step`, as a batch with its mask), `score(batch)` is section 2 with the format reward.
+
+# %%
+loop = {**grpo_math.LOOP, "steps": LOOP_STEPS or grpo_math.LOOP["steps"]}
+model, tokenizer = load_cpu(p)  # the base model and a fresh adapter: the loop starts where TRL's run started
+questions = training_questions(p, limit=loop["steps"])
+sample, score = grpo_math.loop_tools(model, tokenizer, questions, seed=SEED)
+print("the loop's settings:", loop)
+
+# %% [markdown]
+# **Exercise 8.2.** Write `grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0)`:
+# for each step in `range(steps)`,
+#
+# 1. `batch = sample(step)` and `rewards = score(batch)` (one float per completion);
+# 2. the advantages (section 3) and the log-probabilities of the batch with their gradient (section 4, at
+#    `temperature`); the group is fresh, so the old log-probabilities are these, detached (the ratio is 1);
+# 3. the loss (`loss_fn`: your `policy_loss` of 8.1 when it passed), then the update of section 5:
+#    `optimizer.zero_grad()`, `loss.backward()`, clip the gradient to `max_grad_norm`, `optimizer.step()`.
+#
+# Return the mean reward of each step's group, one number per step. The check first runs your loop on tiny stand-in
+# models beside the kit's, comparing every gradient and every parameter after every step (a known mistake is named),
+# then, once it is right, runs it on the model above for the loop's steps (a few minutes): step 1's gradient is
+# compared with TRL's `_compute_loss` on the group you sampled, and your reward curve with TRL's.
+
+# %% tags=["solution"]
+# Exercise 8.2: write grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0), the GRPO loop
+# SOLUTION
+import torch
+
+from helpers.teaching import grpo_math
+
+
+def grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0):
+    """GRPO for `steps` steps, a new group each; returns the mean reward of each step's group."""
+    params = [q for q in model.parameters() if q.requires_grad]
+    curve = []
+    for step in range(steps):
+        batch = sample(step)  # a new group of a new question
+        rewards = score(batch)
+        advantages = torch.tensor(grpo_math.group_advantages(rewards), dtype=torch.float32)
+        model.train()
+        logps = grpo_math.completion_logps(model, batch, temperature=temperature)
+        loss = loss_fn(logps, logps.detach(), advantages, batch["completion_mask"], epsilon=epsilon)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        curve.append(sum(rewards) / len(rewards))
+    return curve
+
+
+# %%
+result = ex.q2.check(grpo_train, run=dict(model=model, sample=sample, score=score, settings=loop))
+result
+
+# %% [markdown]
+# Your curve beside TRL's (only TRL's until your loop passes its check). The reward is one group's mean, so it is
+# noisy from step to step; what counts is the trend, and both curves should rise. They will not be equal step by
+# step: TRL samples its own groups (another order of questions, its own random numbers).
+
+# %%
+import matplotlib.pyplot as plt
+
+grpo_math.plot_curves(result.curve, result.trl_curve)  # the check's message above says how the two rose
+plt.show()
+
+# %% [markdown]
 # ## Recap
 #
 # - One GRPO step is: sample G completions of a question, score them, advantages = reward minus the group's mean over its std, a masked clipped policy loss, one optimizer step.
 # - The mask keeps each completion's tokens up to its end-of-sequence token; TRL's default loss (`dapo`) averages over all those tokens of the batch.
+# - The loop is that step on a new group each time; the format reward rises within the loop's steps, as in TRL's run.
 # - The step raised the log-probability of the completions with a positive advantage and lowered the others: that is all "learning" means here. A group with no reward spread gives no step at all.
 #
 # ## Exercises

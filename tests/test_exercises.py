@@ -16,6 +16,7 @@ from trl import GRPOConfig, GRPOTrainer
 from helpers import prompts
 from helpers.teaching import exercises as E
 from helpers.teaching.exercises import registry
+from helpers.teaching import grpo_math
 from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import answer_of, answers_match, completion_text
 
@@ -178,6 +179,7 @@ RIGHT = {
     ("nb06", "my_pass_at_k"): pass_at_k_right,
     ("nb07", "largest_completion_length"): max(L for L in range(64, 4097, 64) if E.nb07.lab_fits(L).fits),
     ("nb08", "policy_loss"): policy_loss_right,
+    ("nb08", "grpo_train"): E.nb08.reference_train,  # a student's own loop, right and broken: tests/test_grpo_step.py
 }
 
 
@@ -277,6 +279,8 @@ WRONG = [
     ("nb07", "largest_completion_length", 700, ["multiple of 64"]),
     ("nb08", "policy_loss", lambda lp, old, adv, mask, epsilon=0.2: -policy_loss_right(lp, old, adv, mask, epsilon),
      ["the sign is flipped"]),  # every other mistake: tests/test_grpo_step.py
+    ("nb08", "grpo_train", lambda *a, **k: E.nb08.reference_train(*a, **k, mistake="no zero_grad"),
+     ["optimizer.zero_grad()"]),  # every other loop mistake: tests/test_grpo_step.py
     ("nb03", "gsm8k_to_row", gsm8k_wrong(answer=lambda r, w, v: r["answer"].split("####")[-1].strip()),
      ["edge row 0", "'5,000'", "strip the commas"]),
     ("nb03", "gsm8k_to_row", gsm8k_wrong(answer=lambda r, w, v: r["answer"]), ["edge row 0", "worked solution"]),
@@ -433,7 +437,8 @@ def _lesson_scope() -> dict:
     return {"answer_from": answer_of, "completion_text": completion_text, "answers_match": answers_match,
             "TAGS": STRICT_TAGS, "STRICT": STRICT_LAYOUT, "prompts": prompts, "GRPOConfig": GRPOConfig,
             "GRPOTrainer": GRPOTrainer, "estimate": estimate, "t4": get_preset("t4"),
-            "classmate": dict(E.nb05.CLASSMATE)}
+            "classmate": dict(E.nb05.CLASSMATE),
+            "loss_fn": lambda *a, **k: grpo_math.policy_loss(*a, **k)["loss"], "epsilon": 0.2}  # 08's section 5
 
 
 @pytest.mark.parametrize("key", sorted(RIGHT), ids=lambda k: f"{k[0]}.{k[1]}")

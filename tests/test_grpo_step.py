@@ -3,6 +3,7 @@ answer and names each known mistake; the slow test runs the notebook on CPU."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -128,8 +129,9 @@ def test_advantages_spread_along_the_tokens_of_a_square_batch_is_named():
 def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
     """notebooks/08_grpo_step.ipynb top to bottom at CI's settings: the solution passes its check, the loss equals
     TRL's on the lesson's own batch (before and after the step), and the step moved every completion's log-prob in the
-    direction of its advantage."""
-    from notebook_runner import execute, output_text
+    direction of its advantage; then the loop (grpo_math.LOOP's steps, not CI's tiny settings: the lesson's own)
+    passes its check and the format reward rises."""
+    from notebook_runner import execute, has_image, output_text
 
     nb = execute("08_grpo_step", tmp_path, {"PRESET": "cpu", "NUM_GENERATIONS": 4, "MAX_COMPLETION_LENGTH": 32,
                                             "RUN_DIR": str(tmp_path / "run")})
@@ -141,3 +143,150 @@ def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
     assert "positive advantage rose and every one with a negative advantage fell: True" in text
     rows = re.findall(r"^\s*\d+\s+[-\d.]+\s+([-+]\d+\.\d+)\s+[-\d.]+\s+[-\d.]+\s+([-+]\d+\.\d+)\s", text, re.M)
     assert len(rows) == 4 and any(float(a) > 0 and float(c) > 0 for a, c in rows), rows  # the rewarded one rose
+    # section 7: the solution's loop passed its check, step 1 equals TRL's on the same group, and over the lesson's
+    # steps the format reward rose, as it did in TRL's stored run on the same settings
+    assert text.count("Correct!") == 2, text
+    assert "Step 1's gradient equals TRL's _compute_loss's on the same group" in text
+    assert f"{grpo_math.LOOP['steps']} steps in " in text and ": both rose;" in text, text
+    assert has_image(nb), "the reward curves were not plotted"
+
+
+# ------------------------------------------------------------------------------------- Exercise 8.2: the GRPO loop
+
+LOOP = E.nb08.grpo_train
+
+
+def right_loop(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0, mistake=None):
+    """A student's loop written out (not the kit's reference_train), with the mistakes students make as switches."""
+    params = [q for q in model.parameters() if q.requires_grad]
+    curve = []
+    for step in range(steps):
+        batch = sample(step)
+        rewards = score(batch)
+        r = torch.tensor(rewards, dtype=torch.float32)
+        advantages = {"raw rewards": r, "not normalized": r - r.mean()}.get(mistake, (r - r.mean()) / (r.std() + 1e-4))
+        logps = grpo_math.completion_logps(model, batch, temperature=1.0 if mistake == "temperature" else temperature)
+        loss = right(logps, logps.detach(), advantages, batch["completion_mask"])
+        if mistake == "sign":
+            loss = -loss
+        if mistake != "no zero_grad":
+            optimizer.zero_grad()
+        loss.backward()
+        if mistake != "no clipping":
+            torch.nn.utils.clip_grad_norm_(params, 1.0 if mistake == "fixed norm" else max_grad_norm)
+        if mistake != "no step":
+            optimizer.step()
+        if mistake == "two groups":
+            sample(step)
+        curve.append(sum(rewards) / len(rewards))
+    return curve[-1] if mistake == "last only" else curve
+
+
+def _with(mistake):
+    return lambda *a, **k: right_loop(*a, **k, mistake=mistake)
+
+
+LOOP_WRONG = {
+    "sign flipped": ("sign", "LESS likely"),
+    "advantages not normalized": ("not normalized", "not divided by the group's standard deviation"),
+    "rewards as advantages": ("raw rewards", "rewards themselves were used as advantages"),
+    "zero_grad missing": ("no zero_grad", "optimizer.zero_grad()"),
+    "no gradient clipping": ("no clipping", "the gradient was not clipped"),
+    "clipping at a fixed 1.0": ("fixed norm", "not a fixed 1.0"),
+    "temperature ignored": ("temperature", "temperature passed in"),
+    "no optimizer step": ("no step", "optimizer.step() ran 0 times"),
+    "two groups a step": ("two groups", "called sample 6 times in 3 steps"),
+    "curve not returned": ("last only", "return the mean reward of each step's group"),
+}
+
+
+def test_right_loop_passes_and_the_printed_solution_too():
+    assert LOOP.check(right_loop).passed
+    scope = {"loss_fn": lambda *a, **k: grpo_math.policy_loss(*a, **k)["loss"], "epsilon": 0.2}  # section 5's names
+    exec(compile(LOOP.entry["solution"], "<solution grpo_train>", "exec"), scope)  # noqa: S102 - the lesson's solution
+    assert LOOP.check(scope["grpo_train"]).passed
+
+
+@pytest.mark.parametrize("name", sorted(LOOP_WRONG))
+def test_each_broken_loop_fails_with_its_misconception(name):
+    mistake, words = LOOP_WRONG[name]
+    result = LOOP.check(_with(mistake))
+    assert not result.passed and result.case, name
+    assert words in result.message, f"{name}: {result.message}"
+
+
+def test_every_known_loop_mistake_is_caught_on_some_hidden_run():
+    """Each named mistake parts from the right loop on at least one hidden run, and no two are confused there."""
+    nb08 = E.nb08
+    for mistake in nb08.LOOP_MISTAKES:
+        parted = [nb08._parting(nb08._trace(nb08.reference_train, *c, mistake=mistake), nb08._trace(nb08.reference_train, *c))
+                  for c in nb08.loop_cases()]
+        assert any(p is not None for p in parted), mistake
+
+
+def test_loop_unanswered_and_not_a_function():
+    def placeholder(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0):
+        raise NotImplementedError("Student exercise: ...")
+
+    for answer in (None, placeholder):
+        assert "not answered yet" in LOOP.check(answer).message
+    assert "pass the function itself" in LOOP.check(3).message
+
+
+def _stand_in_run(steps=4):
+    case, settings, groups, rewards = E.nb08.loop_cases()[0]
+    model = E.nb08._tiny_lm(settings["seed"])
+    state = {}
+
+    def sample(step):
+        state["step"] = step
+        return groups[step % len(groups)]
+
+    def score(batch):
+        return rewards[state["step"] % len(rewards)]
+
+    return dict(model=model, sample=sample, score=score,
+                settings={"steps": steps, "learning_rate": settings["lr"], "max_grad_norm": 1.0, "temperature": 1.0})
+
+
+def test_the_lessons_run_compares_step_one_with_trl_and_the_curve_with_trls(monkeypatch):
+    trl = {"curve": [0.1, 0.2, 0.3, 0.45, 0.5]}
+    monkeypatch.setattr(grpo_math, "trl_curve", lambda: trl)
+    result = LOOP.check(right_loop, run=_stand_in_run())
+    assert result.passed, result.message
+    assert len(result.curve) == 4 and result.trl_curve == trl["curve"]
+    assert re.search(r"Step 1's gradient equals TRL's _compute_loss's on the same group \(relative difference "
+                     r"\d\.\de[-+]\d+\); 4 steps in \d+ s\. Mean reward", result.message), result.message
+
+    def right_on_stand_ins_only(model, optimizer, sample, score, steps, **kw):  # the real run's loss is off by 2x
+        if steps == 4:
+            kw["temperature"] = 0.5
+        return right_loop(model, optimizer, sample, score, steps, **kw)
+
+    failed = LOOP.check(right_on_stand_ins_only, run=_stand_in_run())
+    assert not failed.passed and "step 1's gradient differs from TRL's _compute_loss" in failed.message
+    assert failed.curve is None and failed.trl_curve == trl["curve"]  # the lesson still plots TRL's
+
+
+def test_compare_curves_says_whether_both_rose():
+    both = grpo_math.compare_curves([0.0, 0.1, 0.1, 0.4, 0.5, 0.5], [0.1, 0.1, 0.2, 0.5, 0.5, 0.5])
+    assert both["rise"] == pytest.approx(0.4, abs=1e-9) and "both rose" in both["text"]
+    assert "yours rose, TRL's did not" in grpo_math.compare_curves([0, 0, 0, 1, 1, 1], [1, 1, 1, 0, 0, 0])["text"]
+
+
+def test_trl_curve_refuses_a_missing_or_stale_file_with_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="scripts/lesson08_trl_curve.py"):
+        grpo_math.trl_curve(tmp_path / "none.json")
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"settings": {**grpo_math.LOOP, "steps": 1}, "curve": [0.0]}))
+    with pytest.raises(ValueError, match="Fix: run `python scripts/lesson08_trl_curve.py` again"):
+        grpo_math.trl_curve(stale)
+
+
+def test_the_stored_trl_curve_matches_the_loops_settings_and_rose():
+    """results/lesson08-trl-curve.json: made by scripts/lesson08_trl_curve.py with grpo_math.LOOP, one reward per
+    step, and TRL's own run rose (the comparison the lesson states would be empty otherwise)."""
+    data = grpo_math.trl_curve()
+    assert len(data["curve"]) == grpo_math.LOOP["steps"]
+    assert grpo_math.compare_curves(data["curve"], data["curve"])["rise"] > 0
+    assert "--reward helpers.rewards:" + grpo_math.LOOP["reward"] in data["command"]

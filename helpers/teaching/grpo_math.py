@@ -328,3 +328,112 @@ def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, l
     if loss_type is not None:
         config["loss_type"] = loss_type
     return trl_compute_loss(logps, old_logps, advantages, mask, config, ref_logps, max_completion_length)
+
+
+# ------------------------------------------------------------------------- lesson 08's loop: its settings, TRL's curve
+# One home for the loop's settings: the lesson's grpo_train runs with them, its check compares step 1 with TRL under
+# them, and scripts/lesson08_trl_curve.py ran TRL's GRPOTrainer with them to store TRL's reward curve beside it.
+
+LOOP = {"num_generations": 8, "max_completion_length": 64, "temperature": 1.0, "learning_rate": 5e-4,
+        "max_grad_norm": 1.0, "steps": 12, "seed": 0, "reward": "tag_count_reward"}
+TRL_CURVE = "results/lesson08-trl-curve.json"
+
+
+def trl_curve(path=None) -> dict:
+    """TRL's GRPOTrainer's reward per step on LOOP's settings, as scripts/lesson08_trl_curve.py stored it; refused with
+    the fix when the file is missing or was made with other settings."""
+    import json
+    from pathlib import Path
+
+    path = Path(path) if path is not None else Path(__file__).resolve().parents[2] / TRL_CURVE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: it holds TRL's reward curve for lesson 08's loop. Fix: run "
+                                "`python scripts/lesson08_trl_curve.py` (a few minutes on a CPU).")
+    data = json.loads(path.read_text())
+    if data.get("settings") != LOOP:
+        raise ValueError(f"{path} was made with {data.get('settings')}, lesson 08's loop runs with {LOOP}. Fix: run "
+                         "`python scripts/lesson08_trl_curve.py` again.")
+    return data
+
+
+def compare_curves(yours, trl, window: int | None = None) -> dict:
+    """How two reward curves rose: the mean of the first and of the last `window` steps of each (a quarter of the
+    steps, at least 3), and a sentence saying so."""
+    def ends(curve):
+        w = window or max(3, len(curve) // 4)
+        first, last = sum(curve[:w]) / len(curve[:w]), sum(curve[-w:]) / len(curve[-w:])
+        return first, last, last - first
+
+    (a, b, rise), (c, d, trl_rise) = ends(list(yours)), ends(list(trl))
+    both = "both rose" if rise > 0 and trl_rise > 0 else "yours rose, TRL's did not" if rise > 0 else (
+        "TRL's rose, yours did not" if trl_rise > 0 else "neither rose")
+    text = (f"Mean reward, first steps -> last steps: yours {a:.3f} -> {b:.3f} ({rise:+.3f}), TRL's GRPOTrainer on the "
+            f"same settings {c:.3f} -> {d:.3f} ({trl_rise:+.3f}): {both}; final means {abs(b - d):.3f} apart.")
+    return {"yours": (a, b), "trl": (c, d), "rise": rise, "trl_rise": trl_rise, "gap": abs(b - d), "text": text}
+
+
+def plot_curves(yours, trl, path=None, title: str = "Mean reward per step (the format reward)"):
+    """Your loop's reward curve beside TRL's GRPOTrainer's, on one axis."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    if yours:
+        ax.plot(range(1, len(yours) + 1), yours, marker="o", label="your grpo_train")
+    ax.plot(range(1, len(trl) + 1), trl, marker=".", linestyle="--", label="TRL's GRPOTrainer (stored run)")
+    ax.set(xlabel="step", ylabel="mean reward of the group", title=title)
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path)
+    return fig
+
+
+def sample_group(model, tokenizer, prompt, seed: int, n: int, max_new_tokens: int, temperature: float = 1.0):
+    """n completions of one tokenized prompt (plain sampling, TRL's defaults top_k=0, top_p=1.0): the token ids after
+    the prompt, padded after their end."""
+    import torch
+
+    torch.manual_seed(seed)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**prompt, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id)
+    return out[:, prompt["input_ids"].shape[1]:]
+
+
+def completion_mask(completion_ids, eos_token_id):
+    """1 on every token up to and including the first end-of-sequence token, 0 on the padding after it (TRL's)."""
+    import torch
+
+    is_eos = completion_ids == eos_token_id
+    eos_at = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), completion_ids.size(1))
+    return (torch.arange(completion_ids.size(1)) <= eos_at.unsqueeze(1)).long()
+
+
+def group_batch(prompt, completion_ids, eos_token_id) -> dict:
+    """One group as the batch completion_logps and the loss take: the prompt repeated, the completions, their mask."""
+    n = completion_ids.size(0)
+    return {"prompt_ids": prompt["input_ids"].repeat(n, 1), "prompt_mask": prompt["attention_mask"].repeat(n, 1),
+            "completion_ids": completion_ids, "completion_mask": completion_mask(completion_ids, eos_token_id)}
+
+
+def loop_tools(model, tokenizer, questions, seed: int = 0, settings: dict | None = None):
+    """(sample, score) for lesson 08's loop: sample(step) is a group of LOOP's size for question `step` (sampled with
+    seed * 1000 + step), score(batch) its format reward (LOOP's reward, from helpers.rewards), one per completion."""
+    from helpers import rewards
+
+    s = {**LOOP, **(settings or {})}
+    reward = getattr(rewards, s["reward"])
+
+    def sample(step):
+        row = questions[int(step) % len(questions)]
+        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)
+        ids = sample_group(model, tokenizer, prompt, seed * 1000 + int(step), s["num_generations"],
+                           s["max_completion_length"], s["temperature"])
+        return group_batch(prompt, ids, tokenizer.eos_token_id)
+
+    def score(batch):
+        return reward(completions=tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True))
+
+    return sample, score

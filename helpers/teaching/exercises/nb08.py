@@ -1,5 +1,7 @@
 """Lesson 08 one GRPO step: policy_loss, checked (value and gradient) against TRL's own GRPOTrainer._compute_loss
-(helpers.teaching.grpo_math.trl_loss) on hidden batches and on the lesson's own batch."""
+(helpers.teaching.grpo_math.trl_loss) on hidden batches and on the lesson's own batch; then grpo_train, the loop,
+checked step by step against the kit's loop on tiny stand-in models (each known mistake named), then run for real:
+its first step's gradient against TRL's loss on the same group, its reward curve beside TRL's GRPOTrainer's."""
 
 from __future__ import annotations
 
@@ -165,5 +167,311 @@ policy_loss = _LossExercise(
          "(per_token * mask).sum() / mask.sum().",
     judge=_judge_policy_loss,
     success="it equals TRL's GRPOTrainer._compute_loss, value and gradient, on every hidden batch.")
+
+
+# Appended as a block: lesson 08's loop exercise (grpo_train).
+
+# The loop's truth is reference_train: the loop written once, with TRL's own loss (grpo_math.trl_loss), and each
+# known mistake as a switch. A student's grpo_train is run beside it on tiny stand-in models (every gradient and every
+# parameter after every step compared); where they part, the mistake whose trace the student's matches is named.
+
+LOOP_MISTAKES = {
+    "sign": "the update went the wrong way, the rewarded completions became LESS likely: minimise the policy loss "
+            "(loss.backward(), then optimizer.step()) with advantages = grpo_math.group_advantages(rewards), not "
+            "their negative",
+    "not normalized": "the advantages were not divided by the group's standard deviation (reward minus the mean only,"
+                      " TRL's scale_rewards='none'): TRL's default scales each group, grpo_math.group_advantages(rewards)",
+    "raw rewards": "the rewards themselves were used as advantages: subtract the group's mean and divide by its std "
+                   "(grpo_math.group_advantages(rewards)), or a group where every completion scored 0.5 pushes them all up",
+    "no zero_grad": "the gradients piled up from step to step: call optimizer.zero_grad() in every step before "
+                    "loss.backward(), or each step re-applies every earlier step's gradient",
+    "no clipping": "the gradient was not clipped: torch.nn.utils.clip_grad_norm_(params, max_grad_norm) between "
+                   "loss.backward() and optimizer.step(), as GRPOTrainer does",
+    "max_grad_norm fixed": "clip to the max_grad_norm passed in, not a fixed 1.0",
+    "temperature ignored": "compute the log-probabilities at the temperature passed in, "
+                           "grpo_math.completion_logps(model, batch, temperature=temperature): TRL divides the logits "
+                           "by the sampling temperature",
+}
+
+
+def reference_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0, mistake=None):
+    """The loop as the kit writes it, TRL's loss on each step's group (or with one of LOOP_MISTAKES)."""
+    import torch
+
+    from helpers.teaching.grpo_math import completion_logps, trl_loss
+
+    params = [q for q in model.parameters() if q.requires_grad]
+    curve = []
+    for step in range(steps):
+        batch = sample(step)
+        rewards = [float(r) for r in score(batch)]
+        adv = rewards if mistake == "raw rewards" else group_advantages(
+            rewards, scale="none" if mistake == "not normalized" else "group")
+        advantages = torch.tensor(adv, dtype=torch.float32) * (-1.0 if mistake == "sign" else 1.0)
+        logps = completion_logps(model, batch, temperature=1.0 if mistake == "temperature ignored" else temperature)
+        loss = trl_loss(logps, logps.detach(), advantages, batch["completion_mask"])
+        if mistake != "no zero_grad":
+            optimizer.zero_grad()
+        loss.backward()
+        if mistake != "no clipping":
+            torch.nn.utils.clip_grad_norm_(params, 1.0 if mistake == "max_grad_norm fixed" else max_grad_norm)
+        optimizer.step()
+        curve.append(sum(rewards) / len(rewards))
+    return curve
+
+
+def _flat(tensors, like):
+    import torch
+
+    return torch.cat([(t if t is not None else torch.zeros_like(q)).detach().reshape(-1).clone()
+                      for t, q in zip(tensors, like)])
+
+
+class _Recorder:
+    """Watches a loop through its optimizer and the model's parameters: at each optimizer.step(), the gradient the
+    backward passes since the last step computed (before clipping), the gradient the step used, and the parameters
+    after it. on_step(recorder, raw) runs before the step (the lesson's run compares step 1 with TRL there)."""
+
+    def __init__(self, model, optimizer, on_step=None):
+        self.params = [q for q in model.parameters() if q.requires_grad]
+        self.raw, self.used, self.after = [], [], []
+        self._pending = [None] * len(self.params)
+        self._hooks = [q.register_hook(self._hook(i)) for i, q in enumerate(self.params)]
+        real_step = optimizer.step
+
+        def step(*args, **kwargs):
+            raw = _flat(self._pending, self.params)
+            if on_step is not None:
+                on_step(self, raw)
+            self._pending = [None] * len(self.params)
+            self.raw.append(raw)
+            self.used.append(_flat([q.grad for q in self.params], self.params))
+            out = real_step(*args, **kwargs)
+            self.after.append(_flat(self.params, self.params))
+            return out
+
+        optimizer.step = step
+
+    def _hook(self, i):
+        def hook(grad):
+            self._pending[i] = grad.detach().clone() if self._pending[i] is None else self._pending[i] + grad
+        return hook
+
+    def remove(self):
+        for h in self._hooks:
+            h.remove()
+
+
+def _tiny_lm(seed: int, vocab: int = 11, dim: int = 6):
+    """A stand-in causal LM small enough to run a loop in milliseconds: each position's logits from its token and the
+    running mean of the tokens before it (so a completion's log-probs depend on its prompt)."""
+    import torch
+
+    class TinyLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.out = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab)
+            with torch.no_grad():
+                self.out.weight.mul_(4.0)  # gradients large enough that max_grad_norm clips on the hidden runs
+
+        def forward(self, input_ids, attention_mask=None, **kwargs):
+            from types import SimpleNamespace
+
+            h = self.emb(input_ids)
+            h = h + h.cumsum(1) / torch.arange(1, h.size(1) + 1).view(1, -1, 1)
+            return SimpleNamespace(logits=self.out(torch.tanh(h)))
+
+    with torch.random.fork_rng(devices=[]):  # the same stand-in on every check; the notebook's random state untouched
+        torch.manual_seed(seed)
+        return TinyLM()
+
+
+def loop_cases():
+    """The hidden runs of the loop exercise: (case, settings, one batch and its rewards per step)."""
+    import torch
+
+    def batches(seed, groups, completions, tokens, lengths):
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for step in range(groups):
+            mask = torch.zeros(completions, tokens, dtype=torch.long)
+            for i, n in enumerate(lengths[step]):
+                mask[i, :n] = 1
+            out.append({"prompt_ids": torch.randint(0, 11, (1, 3), generator=g).repeat(completions, 1),
+                        "prompt_mask": torch.ones(completions, 3, dtype=torch.long),
+                        "completion_ids": torch.randint(0, 11, (completions, tokens), generator=g),
+                        "completion_mask": mask})
+        return out
+
+    return [
+        ("3 steps of a group of 4 on a tiny stand-in model (max_grad_norm 1.0, temperature 1.0, lr 0.05)",
+         dict(seed=0, steps=3, max_grad_norm=1.0, temperature=1.0, lr=0.05),
+         batches(10, 3, 4, 5, [[5, 2, 4, 1], [3, 5, 5, 2], [1, 4, 3, 5]]),
+         [[1.0, 0.0, 0.5, 0.0], [0.25, 1.5, 0.0, 0.5], [2.0, 0.0, 0.0, 0.125]]),
+        ("3 steps of a group of 3 on a tiny stand-in model (max_grad_norm 0.3, temperature 0.7, lr 0.05)",
+         dict(seed=1, steps=3, max_grad_norm=0.3, temperature=0.7, lr=0.05),
+         batches(11, 3, 3, 6, [[6, 2, 4], [3, 6, 1], [2, 5, 6]]),
+         [[0.0, 1.0, 0.25], [0.5, 0.375, 3.0], [1.0, 0.0, 2.0]]),
+    ]
+
+
+def _trace(fn, case, settings, groups, rewards, mistake=None):
+    """Run a loop (the student's, or reference_train with `mistake`) on a fresh stand-in: what it did, step by step."""
+    import torch
+
+    model = _tiny_lm(settings["seed"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
+    recorder, sampled = _Recorder(model, optimizer), []
+
+    def sample(step):
+        sampled.append(step)
+        return {k: v.clone() for k, v in groups[int(step) % len(groups)].items()}
+
+    def score(batch):
+        return list(rewards[int(sampled[-1]) % len(rewards)]) if sampled else [0.0] * batch["completion_ids"].size(0)
+
+    kwargs = dict(max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
+    if fn is reference_train:
+        curve = reference_train(model, optimizer, sample, score, settings["steps"], mistake=mistake, **kwargs)
+    else:
+        curve = call(case, fn, model, optimizer, sample, score, settings["steps"], **kwargs)
+    recorder.remove()
+    return {"curve": curve, "sampled": sampled, "raw": recorder.raw, "used": recorder.used, "after": recorder.after}
+
+
+def _parting(got, want):
+    """(step, what) where two traces first differ, or None."""
+    import torch
+
+    for k in range(len(want["after"])):
+        for what in ("raw", "used", "after"):
+            a, b = got[what][k] if k < len(got[what]) else None, want[what][k]
+            if a is None or a.shape != b.shape or not torch.allclose(a, b, rtol=1e-4, atol=1e-7):
+                return k, what
+    return None
+
+
+_PARTED = {"raw": "the gradient of your loss is not TRL's _compute_loss's on the same group",
+           "used": "the gradient the optimizer step used is not the clipped gradient of this step's loss",
+           "after": "the parameters after optimizer.step() differ (use the optimizer passed in, one step per group)"}
+
+
+def _judge_loop_case(fn, case, settings, groups, rewards):
+    steps = settings["steps"]
+    got = _trace(fn, case, settings, groups, rewards)
+    if len(got["sampled"]) != steps:
+        raise Fail(case, f"on {case} your loop called sample {len(got['sampled'])} times in {steps} steps: one new "
+                         "group per step, batch = sample(step) for step in range(steps).")
+    if len(got["after"]) != steps:
+        raise Fail(case, f"on {case} optimizer.step() ran {len(got['after'])} times in {steps} steps: once per step, "
+                         "after loss.backward() and the clipping (without it nothing learns).")
+    want = _trace(reference_train, case, settings, groups, rewards)
+    parted = _parting(got, want)
+    if parted is not None:
+        step, what = parted
+        why = next((text for mistake, text in LOOP_MISTAKES.items()
+                    if _parting(got, _trace(reference_train, case, settings, groups, rewards, mistake)) is None),
+                   f"{_PARTED[what]}; each step: batch = sample(step), rewards = score(batch), advantages = "
+                   "grpo_math.group_advantages(rewards), logps = grpo_math.completion_logps(model, batch, temperature),"
+                   " the loss with old_logps = logps.detach(), optimizer.zero_grad(), loss.backward(), "
+                   "clip_grad_norm_(params, max_grad_norm), optimizer.step()")
+        raise Fail(case, f"on {case} your loop parts from the kit's (TRL's loss) at step {step + 1}: {why}.")
+    curve = got["curve"]
+    means = want["curve"]
+    if not isinstance(curve, (list, tuple)) or len(curve) != steps or not all(
+            math.isclose(float(a), b, abs_tol=1e-6) for a, b in zip(curve, means)):
+        raise Fail(case, f"on {case} your loop trained right but returned {curve!r}: return the mean reward of each "
+                         f"step's group, a list of {steps} numbers ({[round(m, 4) for m in means]} here).")
+
+
+def _run_for_real(fn, run: dict) -> dict:
+    """The student's loop on the lesson's model: step 1's gradient compared with TRL's _compute_loss on the group it
+    sampled (one extra forward and backward), then every step; the curve and the wall time."""
+    import time
+
+    import torch
+
+    from helpers.messages import say
+    from helpers.teaching.grpo_math import LOOP, completion_logps, trl_loss
+
+    model, settings = run["model"], {**LOOP, **run.get("settings", {})}
+    params = [q for q in model.parameters() if q.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings["learning_rate"], weight_decay=0.0)
+    seen, first = {}, {}
+
+    def sample(step):
+        seen["batch"] = run["sample"](step)
+        return seen["batch"]
+
+    def score(batch):
+        seen["rewards"] = [float(r) for r in run["score"](batch)]
+        seen["step"] = seen.get("step", 0) + 1
+        say(f"your loop, group {seen['step']} of {settings['steps']}: mean reward "
+            f"{sum(seen['rewards']) / len(seen['rewards']):.3f}")
+        return seen["rewards"]
+
+    def on_step(_recorder, raw):
+        if first or "rewards" not in seen:
+            return
+        logps = completion_logps(model, seen["batch"], temperature=settings["temperature"])
+        adv = torch.tensor(group_advantages(seen["rewards"]), dtype=torch.float32)
+        truth = trl_loss(logps, logps.detach(), adv, seen["batch"]["completion_mask"])
+        trl = _flat(torch.autograd.grad(truth, params, allow_unused=True), params)
+        first["difference"] = float((raw - trl).norm() / trl.norm().clamp(min=1e-12))
+
+    recorder, start = _Recorder(model, optimizer, on_step), time.perf_counter()
+    try:
+        curve = call("the lesson's run", fn, model, optimizer, sample, score, settings["steps"],
+                     max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
+    finally:
+        recorder.remove()
+    wall = time.perf_counter() - start
+    if first.get("difference", 0.0) > 1e-3:
+        raise Fail("the lesson's run", f"on the lesson's model, step 1's gradient differs from TRL's _compute_loss on "
+                                       f"the same group by {first['difference']:.2%}: compute the loss on "
+                                       "completion_logps(model, batch, temperature) of the batch sample(step) returned.")
+    return {"curve": [float(c) for c in curve], "wall_s": wall, "first_step_difference": first.get("difference")}
+
+
+def _judge_loop(fn, run=None, outcome=None):
+    if not callable(fn):
+        raise Fail("the answer", "pass the function itself: grpo_train, not grpo_train(model, ...)")
+    for case, settings, groups, rewards in loop_cases():
+        _judge_loop_case(fn, case, settings, groups, rewards)
+    if run is not None:
+        outcome.update(_run_for_real(fn, run))
+
+
+class _LoopExercise(Exercise):
+    """check(answer, run=dict(model=, sample=, score=)) also runs the loop on the lesson's model for real once the
+    hidden cases pass: result.curve (the mean reward per step), result.trl_curve (TRL's GRPOTrainer's, stored) and a
+    sentence comparing them."""
+
+    def check(self, answer=MISSING, run=None) -> CheckResult:
+        from helpers.teaching.grpo_math import compare_curves, trl_curve
+
+        outcome: dict = {}
+        result = super().check(answer, run=run, outcome=outcome)
+        result.curve = outcome.get("curve")
+        result.trl_curve = trl_curve()["curve"] if run is not None else None  # the lesson plots it, passed or not
+        if result.passed and result.curve is not None:
+            result.message += (f" Step 1's gradient equals TRL's _compute_loss's on the same group (relative "
+                               f"difference {outcome['first_step_difference'] or 0:.1e}); {len(result.curve)} steps in "
+                               f"{outcome['wall_s']:.0f} s. " + compare_curves(result.curve, result.trl_curve)["text"])
+        return result
+
+
+grpo_train = _LoopExercise(
+    LESSON, "grpo_train",
+    hint=("One iteration of the for loop is section 2 to 5 of this lesson on a new group: batch = sample(step); "
+          "rewards = score(batch); advantages from grpo_math.group_advantages; logps with "
+          "grpo_math.completion_logps(model, batch, temperature=temperature); your policy_loss with "
+          "old_logps = logps.detach() (the ratio is 1 on a fresh group).",
+          "Then the update, in this order: optimizer.zero_grad(); loss.backward(); "
+          "torch.nn.utils.clip_grad_norm_([q for q in model.parameters() if q.requires_grad], max_grad_norm); "
+          "optimizer.step(); and curve.append(sum(rewards) / len(rewards))."),
+    judge=_judge_loop,
+    success="it takes the kit's steps, gradient for gradient, on every hidden run.")
+
 
 __getattr__, __dir__ = numbered(globals())  # ex.q1, ex.q2 ...: in the lesson's order (registry.json)
