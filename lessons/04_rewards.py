@@ -366,7 +366,8 @@ result
 # to `RUN_DIR/my_rewards.py`, and **05 trains with it** next to the kit's five rewards: look for
 # `rewards/brevity_reward/mean` in 05's training logs. On Colab, 05 runs in another runtime (the T4 lab): with
 # `USE_DRIVE = None` (the default here and in 05) and the same `RUN_DIR`, the file is on your Google Drive and 05
-# finds it there.
+# finds it there. Without Drive (`USE_DRIVE = False`, or Drive blocked) the check cell downloads `my_rewards.py` to
+# your computer, and 05 asks you to choose it.
 
 # %% tags=["solution"]
 # Exercise 4.4: write brevity_reward(prompts, completions, **kwargs): 0.5 for at most 100 words, 0.0 above

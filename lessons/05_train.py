@@ -110,8 +110,10 @@ before = pipeline.evaluate_before(state, heldout)            # greedy accuracy b
 # `fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default `bf16=True` would fail), on a CPU
 # `use_cpu=True`.
 #
-# **Exercise 5.1.** Fill in the blanks of `make_config`: the fields that decide GRPO and memory (the group, the
-# batch, the completion length, beta, the learning rate, and the precision flags for the card). Each exercise has a
+# **Exercise 5.1.** Fill in the blanks of `make_config`: the settings that are decisions, not copies. The preset's
+# own fields (the group, the batch, the completion length, beta, the learning rate) are written out for you; you
+# decide what depends on the card and the run: the precision flags, whether TRL samples with vLLM, who does the
+# gradient checkpointing, and whether checkpoints are saved. Each exercise has a
 # check cell after it: it says which case failed and why. This one builds your config for three machines (the cpu
 # preset on a CPU, the t4 preset on a T4 and on an A100), so precision written for this machine only is caught, and
 # compares it field by field with the config `python -m helpers.train` builds, giving the reason for each field.
@@ -123,7 +125,7 @@ from trl import GRPOConfig
 from helpers.teaching.exercises import nb05 as ex  # this lesson's self-checking exercises
 
 # %% tags=["solution"]
-# Exercise 5.1: fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig fields of GRPO and memory
+# Exercise 5.1: fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig settings that depend on the card and the run
 # SOLUTION
 def make_config(p, runtime, output_dir, save_steps):
     """The GRPOConfig of preset p on this runtime: the one `python -m helpers.train` builds."""
@@ -132,15 +134,15 @@ def make_config(p, runtime, output_dir, save_steps):
     return GRPOConfig(
         output_dir=output_dir,                   # checkpoint-N/ folders go here
         # --- the group GRPO compares
-        num_generations=p.num_generations,  # blank: completions sampled per prompt (the group)
-        per_device_train_batch_size=p.per_device_train_batch_size,  # blank: completions (not prompts) per step
+        num_generations=p.num_generations,       # completions sampled per prompt (the group)
+        per_device_train_batch_size=p.per_device_train_batch_size,  # completions (not prompts) per step
         gradient_accumulation_steps=p.gradient_accumulation_steps,  # batches per optimizer step
-        max_completion_length=p.max_completion_length,  # blank: tokens per completion: caps time and the logits
+        max_completion_length=p.max_completion_length,  # tokens per completion: caps time and the logits
         temperature=p.temperature,               # sampling must vary, or a group ties and teaches nothing
         scale_rewards=p.scale_rewards,           # "group": advantage = (reward - group mean) / group std
-        beta=p.beta,  # blank: weight of the KL penalty; 0.0 = no reference model in memory
+        beta=p.beta,                             # weight of the KL penalty; 0.0 = no reference model in memory
         # --- the optimizer
-        learning_rate=p.learning_rate,  # blank: LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
+        learning_rate=p.learning_rate,           # LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
         weight_decay=p.weight_decay,
         warmup_steps=p.warmup_steps,
         lr_scheduler_type=p.lr_scheduler_type,
@@ -154,11 +156,11 @@ def make_config(p, runtime, output_dir, save_steps):
         fp16=on_gpu and not bf16_ok,  # blank: ... so it trains in fp16
         use_cpu=not on_gpu,  # blank: no GPU: TRL must not look for one
         # --- generation and memory
-        use_vllm=on_gpu and p.fast_inference,    # GPU: the vLLM engine Unsloth attached (weights shared)
-        gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # GPU: Unsloth checkpoints itself (02)
+        use_vllm=on_gpu and p.fast_inference,  # blank: GPU only: the vLLM engine Unsloth attached (weights shared)
+        gradient_checkpointing=p.gradient_checkpointing and not on_gpu,  # blank: GPU: Unsloth checkpoints itself (02)
         # --- logging and checkpoints
         logging_steps=p.logging_steps,
-        save_strategy="steps" if save_steps else "no",
+        save_strategy="steps" if save_steps else "no",  # blank: save_steps None or 0: no checkpoints
         save_steps=save_steps or 500,            # every N steps (500 is TRL's default, unused when "no")
         save_only_model=False,                   # keep optimizer and scheduler state: resumable
         report_to="none",
@@ -190,21 +192,45 @@ result
 course.plot_predicted_memory(kit);
 
 # %% [markdown]
-# **Exercise 5.2.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
+# **Exercise 5.2 (a config that fits).** A classmate's t4 settings run out of memory on the T4. They want a group of
+# 8 completions (fewer groups tie, exercise {{exercise.zero_spread_chance}}), 512-token answers, and 16 completions
+# per optimizer step (2 questions). Decide what to change so the memory model (`helpers.memory.estimate`, the
+# figure above) predicts the 7 GB budget holds, **keeping those three**: put the settings in a dict `budget_fix`
+# (the preset's field names; what you leave out stays the classmate's). The check names the setting you must not
+# touch, or, when it still does not fit, the largest part of the estimate and why it is that large.
+
+# %%
+classmate = dict(ex.CLASSMATE)  # the t4 preset with these changes
+print(classmate)
+print(ex.budget_estimate(classmate).table())  # try your own: ex.budget_estimate({**classmate, ...}).table()
+
+# %% tags=["solution"]
+# Exercise 5.2: budget_fix, the classmate's settings changed to fit 7 GB on a T4 with a group of 8, 512-token answers and 16 completions per step
+# SOLUTION
+budget_fix = {**classmate, "gradient_checkpointing": True, "gpu_memory_utilization": 0.3}
+
+# %%
+result = ex.q2.check(budget_fix)
+if result.passed:
+    print(ex.budget_estimate(budget_fix).table())
+result
+
+# %% [markdown]
+# **Exercise 5.3.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
 # the model answers a question right with probability `p`, independently for each of the `G` completions of its
 # group. Write `zero_spread_chance(p, group_size)`: the chance that the group has **zero spread** (all right or all
 # wrong), so its advantages are all 0 and it teaches nothing. The check then prints it for this preset's
 # `num_generations`; compare with `frac_reward_zero_std` in the training logs below.
 
 # %% tags=["solution"]
-# Exercise 5.2: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
+# Exercise 5.3: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
 # SOLUTION
 def zero_spread_chance(p, group_size):
     return p ** group_size + (1 - p) ** group_size
 
 
 # %%
-result = ex.q2.check(zero_spread_chance)
+result = ex.q3.check(zero_spread_chance)
 if result.passed:
     G = kit.preset.num_generations
     for p_right in (0.05, 0.2, 0.5, 0.9):
@@ -221,8 +247,10 @@ result
 # the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
 
 # %% [markdown]
-# **Exercise 5.3.** Fill in the call: which of `make_trainer`'s arguments goes to which of `GRPOTrainer`'s
-# parameters. The check calls your function with stand-ins and says which one landed in the wrong place.
+# **Exercise 5.4.** Write the call yourself: `make_trainer` returns `GRPOTrainer(...)` built from its arguments, with
+# TRL's keyword names (`help(GRPOTrainer)` lists them; the tokenizer is TRL's `processing_class`, the config its
+# `args`). The check calls your function with stand-ins and says which one landed in the wrong place, and why it
+# belongs where it does.
 
 # %%
 from trl import GRPOTrainer
@@ -231,22 +259,22 @@ from helpers.model import check_trainer_uses_model_engine
 from helpers.run.trl_patches import patch_trl_for_cpu
 
 # %% tags=["solution"]
-# Exercise 5.3: fill in make_trainer(...): GRPOTrainer's arguments
+# Exercise 5.4: write make_trainer(...): the GRPOTrainer call, each argument to its keyword
 # SOLUTION
 def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
     """The trainer: it samples the groups, calls the rewards, computes the advantages and takes the steps."""
     return GRPOTrainer(
-        model=model,  # blank: the LoRA model: only the adapter trains
-        processing_class=tokenizer,  # blank: tokenizes prompts, decodes completions
-        reward_funcs=reward_funcs,  # blank: f(prompts, completions, answer=..., **kw) -> list[float], summed
-        args=config,  # blank: the GRPOConfig of exercise {{exercise.make_config}}
-        train_dataset=train_dataset,  # blank: rows with "prompt" (chat messages) and "answer" (for the rewards)
-        callbacks=callbacks,  # blank: the kit's extras, as TRL callbacks
+        model=model,  # the LoRA model: only the adapter trains
+        processing_class=tokenizer,  # tokenizes prompts, decodes completions
+        reward_funcs=reward_funcs,  # f(prompts, completions, answer=..., **kw) -> list[float], summed
+        args=config,  # the GRPOConfig of exercise {{exercise.make_config}}
+        train_dataset=train_dataset,  # rows with "prompt" (chat messages) and "answer" (for the rewards)
+        callbacks=callbacks,  # the kit's extras, as TRL callbacks
     )
 
 
 # %%
-result = ex.q3.check(make_trainer)
+result = ex.q4.check(make_trainer)
 if not kit.preset.backend.uses_unsloth:
     patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
 callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
@@ -276,7 +304,8 @@ result
 # says what it replaces).
 #
 # After training, `helpers.run.pipeline.finish` saves the adapter, evaluates the same held-out questions again, and writes
-# the plots and `summary.json`.
+# the plots and `summary.json`. On Colab without Google Drive (`USE_DRIVE = False`, or Drive blocked), the cell then
+# downloads the run's results and adapter as one zip (`<RUN_DIR name>-run.zip`, no checkpoints) for 06 to upload.
 
 # %%
 # pipeline.training: the dashboard gets the trainer, the kit's TRL patches go in; an OOM prints the cheapest fixes,
@@ -286,6 +315,9 @@ with course.RssSampler(interval=1.0) as rss, pipeline.training(state, trainer):
         trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
 summary = pipeline.finish(state, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
 print(summary)
+from helpers import sharing
+
+sharing.hand_off_run(kit.run_dir)  # Colab without Drive only: downloads the run (results, adapter) as a zip for 06
 
 # %%
 from helpers.run.checkpoints import list_checkpoints
@@ -299,9 +331,12 @@ print("interrupted? run the notebook again from the top with the same RUN_DIR: i
 # ## What to watch
 #
 # - **Reward per function**: correctness should rise; format rewards usually rise first. Expect a total near zero
-#   for the first steps on the CPU demo: the small model rarely uses the tags yet.
-# - **Reward spread**: `reward_std` is the spread of the step's rewards (TRL takes it over the whole batch: within
-#   the one group on the CPU preset, across groups on the t4); `frac_reward_zero_std` is the share of groups where
+#   for the first steps on the CPU demo: the small model rarely uses the tags yet. Rewards exist only on the steps
+#   that sample: with `num_iterations=2` (the cpu preset) every other step trains again on the last sampled
+#   completions and logs no reward, so a run "trained" when its sampling steps logged rewards, not every step.
+# - **Reward spread**: `reward_std` is the spread of the step's rewards (TRL takes it over the whole sampled batch;
+#   both presets sample one question per step, so it is the spread within that one group; a batch of several
+#   questions would mix in their differences); `frac_reward_zero_std` is the share of groups where
 #   every completion scored the same. Those groups give **zero gradient**. Lots of them = wasted steps (more
 #   generations, a worked example or a finer reward help).
 # - **Advantages**: the push each completion gets (04). `advantages/abs_mean` is its mean size, `advantages/nonzero`
@@ -333,6 +368,37 @@ display(Image(filename=str(kit.run_dir / "dashboard.png")))
 print("run folder:", kit.run_dir)
 for name in course.run_files(kit.run_dir):
     print("  ", name)
+
+# %% [markdown]
+# ## Experiment: change one setting, predict, rerun
+#
+# Reading curves is one half; the other is changing a setting and seeing what it does. The setting here is the
+# sampling `temperature` (the preset's is 1.0): it divides the logits before each token is sampled. Below 1 the
+# likeliest tokens get likelier.
+#
+# **Exercise 5.5 (predict, then rerun).** Choose a temperature between 0 and 1 in `rerun_temperature`, and before
+# running anything, predict what it does to the **first sampled batch** of a run, against the preset's 1.0, in
+# `rerun_prediction`:
+#
+# - **a**: its reward goes up and its entropy down: the sampler keeps to the model's likeliest tokens
+# - **b**: its reward stays about the same: temperature only changes the wording
+# - **c**: its reward goes down: less exploration means fewer right answers
+#
+# The cell after it records your prediction, then runs the cpu preset for one step twice, one group of 4
+# completions each, from the same starting weights and seed (on a T4 runtime too: the embedded model, on the CPU):
+# once as it is and once with your temperature, about a minute on 2 cores. It compares your prediction with what
+# the two first batches logged, and says why either way.
+
+# %% tags=["solution"]
+# Exercise 5.5: choose rerun_temperature (between 0 and 1) and predict its effect on the first batch's reward: "a", "b" or "c"
+# SOLUTION
+rerun_temperature = 0.3
+rerun_prediction = "a"
+
+# %%
+outcome = ex.q5.rerun(rerun_temperature, rerun_prediction)  # your prediction is recorded first, then it runs
+result = ex.q5.check(rerun_prediction, outcome=outcome)
+result
 
 # %% [markdown]
 # ## Export the trained model (opt-in)
@@ -392,7 +458,7 @@ for name in measured_runs.names():
           f"format {before['format_rate']:.2f} -> {after['format_rate']:.2f}")
 
 # %% [markdown]
-# **Exercise 5.4 (predict, then look).** Four of those runs, drawn below from their logs: the total reward (black),
+# **Exercise 5.6 (predict, then look).** Four of those runs, drawn below from their logs: the total reward (black),
 # the correctness reward (green), and on the right axis the policy's entropy (dotted) and the share of groups with
 # zero spread (dashed). Which of them **learned**, that is, answered more of 50 held-out questions right after
 # training than before? Answer `"learned"` or `"did not learn"` for each, in a dict `learned_or_not`, before you
@@ -400,34 +466,34 @@ for name in measured_runs.names():
 # the curves showed.
 
 # %%
-fig = ex.q4.plot()  # runs A-D (ex.q4.runs() gives their logs)
+fig = ex.q6.plot()  # runs A-D (ex.q6.runs() gives their logs)
 
 # %% tags=["solution"]
-# Exercise 5.4: for runs A-D, "learned" or "did not learn" (held-out accuracy after training against before)
+# Exercise 5.6: for runs A-D, "learned" or "did not learn" (held-out accuracy after training against before)
 # SOLUTION
 learned_or_not = {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"}
 
 # %%
-result = ex.q4.check(learned_or_not)
-for letter, run in ex.q4.runs().items():  # the names, now
+result = ex.q6.check(learned_or_not)
+for letter, run in ex.q6.runs().items():  # the names, now
     print(f"run {letter} = {run.label()}")
     print(f"    its most common answers to the 50 held-out questions after training: {run.common_answers()}")
 result
 
 # %% [markdown]
-# **Exercise 5.5.** The per-token objective in GRPO's policy update is PPO's clipped surrogate, which GRPO
+# **Exercise 5.7.** The per-token objective in GRPO's policy update is PPO's clipped surrogate, which GRPO
 # keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
 # 1 + epsilon) x A)`. The check then compares it with `helpers.teaching.grpo_math.policy_loss` (TRL's loss is minus it).
 
 # %% tags=["solution"]
-# Exercise 5.5: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
+# Exercise 5.7: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
 # SOLUTION
 def clipped_objective(ratio, advantage, epsilon=0.2):
     clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
     return min(ratio * advantage, clipped * advantage)
 
 # %%
-result = ex.q5.check(clipped_objective)
+result = ex.q7.check(clipped_objective)
 if result.passed:
     import math
 
@@ -439,7 +505,7 @@ if result.passed:
 result
 
 # %% [markdown]
-# **Exercise 5.6.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
+# **Exercise 5.8.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
 # per-token estimate of how far the policy has moved from the reference (the model before training):
 # `exp(d) - d - 1` with `d = ref_logp - logp`. (TRL 1.15 also multiplies it by the token's ratio, its default
 # `use_bias_correction_kl=True`: 1 in value when the batch was just sampled, but it changes the gradient;
@@ -447,7 +513,7 @@ result
 # prints what beta = 0.04 adds to a token's loss as the policy moves away from the reference.
 
 # %% tags=["solution"]
-# Exercise 5.6: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
+# Exercise 5.8: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
 # SOLUTION
 import math
 
@@ -456,7 +522,7 @@ def kl_penalty(logp, ref_logp):
     return math.exp(d) - d - 1
 
 # %%
-result = ex.q6.check(kl_penalty)
+result = ex.q8.check(kl_penalty)
 if result.passed:
     for logp in (-1.0, -0.5, -2.0, -4.0):
         penalty = 0.04 * kl_penalty(logp, -1.0)
@@ -471,7 +537,7 @@ result
 # a forward pass of the reference model (the adapter switched off) to every step. Both start from the same weights
 # and draw the same first batch. A few live steps of each would show only noise, so this reads the 40-step logs.
 #
-# **Exercise 5.7 (predict, then look).** After 40 steps, how does the `beta = 0.04` run do on the 50 held-out
+# **Exercise 5.9 (predict, then look).** After 40 steps, how does the `beta = 0.04` run do on the 50 held-out
 # questions, against the `beta = 0` run? Answer with one letter, then run the cell after the check:
 #
 # - **a**: better: the penalty stops the collapse onto one answer, so it keeps learning
@@ -479,14 +545,14 @@ result
 # - **c**: the same: 0.04 is too small to matter
 
 # %% tags=["solution"]
-# Exercise 5.7: predict beta = 0.04 against beta = 0 after 40 steps on held-out questions: "a", "b" or "c"
+# Exercise 5.9: predict beta = 0.04 against beta = 0 after 40 steps on held-out questions: "a", "b" or "c"
 # SOLUTION
 beta_prediction = "b"
 
 # %%
 import matplotlib.pyplot as plt
 
-result = ex.q7.check(beta_prediction)
+result = ex.q9.check(beta_prediction)
 runs = {"beta = 0": measured_runs.load("default-seed0"), "beta = 0.04": measured_runs.load("beta-0.04")}
 fig, (ax_r, ax_e, ax_kl) = plt.subplots(1, 3, figsize=(13, 3.2))
 for label, run in runs.items():
@@ -504,6 +570,21 @@ for ax in (ax_r, ax_e, ax_kl):
     ax.set_xlabel("step"); ax.legend(fontsize=8)
 fig.tight_layout(); plt.show()
 result
+
+# %% [markdown]
+# **Exercise 5.10 (a recipe, with its evidence).** You have seen seven measured runs of 40 steps. Choose the
+# `learning_rate` (measured: 1e-3, 5e-4, 2.5e-4) and the `beta` (0.0, 0.04) you would train the cpu preset with, and
+# justify each with the runs' names in `because`: for each setting, a run where your value learned, and a run where
+# another value did not. A run that changed some other setting is not evidence for these two.
+
+# %% tags=["solution"]
+# Exercise 5.10: recipe_choice, a learning rate and a beta for 40 steps, each justified by the measured runs that show it
+# SOLUTION
+recipe_choice = {"learning_rate": 2.5e-4, "beta": 0.0,
+                 "because": ["default-seed0", "default-seed1", "lr-1e-3", "earlier-recipe-seed2", "beta-0.04"]}
+
+# %%
+ex.q10.check(recipe_choice)
 
 # %% [markdown]
 # ## Recap

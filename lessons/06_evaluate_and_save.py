@@ -101,12 +101,15 @@ result
 # held-out questions) and `eval.json` (every answer before and after; pass@k when it was measured).
 # `helpers.evaluation.read_run` reads them; no model is loaded. On a CPU runtime with the T4 lab's run in
 # `RUN_DIR` (on Google Drive), these are the T4 run's own numbers: evaluating Qwen2.5-1.5B again on a CPU would take
-# far longer than a lesson, so the hands-on part below runs on a CPU model, and the cell says so.
+# far longer than a lesson, so the hands-on part below runs on a CPU model, and the cell says so. On Colab without
+# Google Drive (`USE_DRIVE = False`, or Drive blocked) the cell first asks for the zip 05 downloaded
+# (`<RUN_DIR name>-run.zip`): choose it, or cancel to go on without the class run.
 
 # %%
-from helpers import evaluation
+from helpers import evaluation, sharing
 from helpers.teaching import course
 
+sharing.receive_run(kit.run_dir)  # Colab without Drive only: asks for the zip 05 downloaded, unpacks it in RUN_DIR
 run = evaluation.read_run(kit.run_dir)  # None: RUN_DIR holds no finished run
 course.show_run(run, kit)
 if run is not None:
