@@ -55,6 +55,27 @@ def holder(tmp_path):
 # ---------------------------------------------------------------------------------------------- the lock
 
 
+def test_an_old_claim_collected_while_a_new_one_is_taken_does_not_deadlock(tmp_path, monkeypatch):
+    """The garbage collector can finalize an earlier RunLock (its _drop) in the middle of RunLock.__init__, while
+    this thread holds the guard: that must not wait for itself."""
+    import threading
+
+    old = fo.RunLock(tmp_path / "old")
+    acquire = fo._acquire
+
+    def collected_meanwhile(path):
+        old.release()  # what gc would do to an unreachable earlier claim, at this point
+        return acquire(path)
+
+    monkeypatch.setattr(fo, "_acquire", collected_meanwhile)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(fo.RunLock(tmp_path / "new")), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert done and done[0].held and not old.held, "taking a new claim while an old one is finalized deadlocked"
+    done[0].release()
+
+
 def test_a_second_process_is_refused_at_once_naming_the_holder_and_a_killed_holder_leaves_no_lock(holder, capsys):
     run, proc = holder
     started = time.time()

@@ -63,7 +63,9 @@ class RunFolder:
 # ------------------------------------------------------------------------------------ one writer per folder
 
 _HELD: dict[str, list] = {}  # resolved lock path -> [FileLock, claims by this process]
-_HELD_GUARD = threading.Lock()
+# Re-entrant: the garbage collector may run an old claim's finalizer (_drop) while this thread holds the guard in
+# RunLock.__init__; a plain Lock deadlocked there (seen in the test suite).
+_HELD_GUARD = threading.RLock()
 
 
 class RunLock:
