@@ -147,7 +147,7 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False, bf16_loss: bool =
     if getattr(trainer, "_kit_cpu_speedups", False):
         return trainer
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    sampler = _sampler_for(policy, bf16_sampling, trainer.accelerator.num_processes)
+    sampler = _sampler_for(policy, bf16_sampling, getattr(trainer.accelerator, "num_processes", 1))
     trainer._kit_sampler = sampler
     trainer._kit_bf16_loss = bf16_loss
     original_generate_turn = trainer._generate_single_turn
