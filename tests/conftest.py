@@ -14,3 +14,13 @@ def _speedups_back_on():
     from helpers import speedups
 
     speedups.configure(None)
+
+
+@pytest.fixture
+def speedups_all_on(monkeypatch):
+    """Every speed-up on for this test, whatever $GRPO_KIT_SPEEDUPS_OFF says (test_speedups, test_cpu_generation
+    compare each one on and off); the autouse fixture above turns them back on after."""
+    from helpers import speedups
+
+    monkeypatch.delenv(speedups.ENV, raising=False)
+    speedups.configure(None)

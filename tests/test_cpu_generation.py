@@ -10,13 +10,7 @@ from helpers.config import get_preset
 from helpers.data import heldout_questions
 
 
-@pytest.fixture(autouse=True)
-def _fresh_switches(monkeypatch):
-    """Every test starts with every speed-up on and leaves them so."""
-    monkeypatch.delenv(speedups.ENV, raising=False)
-    speedups.configure(None)
-    yield
-    speedups.configure(None)
+pytestmark = pytest.mark.usefixtures("speedups_all_on")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

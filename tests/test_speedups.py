@@ -12,13 +12,7 @@ from helpers.config import PresetError, get_preset, validate
 from helpers.run import pipeline, trl_patches
 
 
-@pytest.fixture(autouse=True)
-def _fresh_switches(monkeypatch):
-    """Every test starts with every speed-up on and leaves them so."""
-    monkeypatch.delenv(speedups.ENV, raising=False)
-    speedups.configure(None)
-    yield
-    speedups.configure(None)
+pytestmark = pytest.mark.usefixtures("speedups_all_on")  # tests/conftest.py
 
 
 # ------------------------------------------------------------------------------------------------- names, switches
