@@ -159,7 +159,9 @@ class PlainSampler:
     different samples. The loss still runs the policy, as TRL's does on the GPU where vLLM samples in bf16.
 
     The copy gets a config of its own: GRPOTrainer sets use_cache=False on the policy's config, and a model built
-    from that config generates without a KV cache (every token re-reads the whole sequence: 9x slower, measured)."""
+    from that config generates without a KV cache (every token re-reads the whole sequence: 9x slower, measured).
+    Building it leaves torch's random stream where it was: otherwise its throw-away initial weights used up the draws
+    the trainer seeded, and a run sampled other completions from step 1 on (seed 0 of the main job: 0.48 -> 0.28)."""
 
     def __init__(self, peft_model, dtype=torch.float32):
         from transformers import AutoModelForCausalLM
@@ -169,7 +171,8 @@ class PlainSampler:
         base = peft_model.get_base_model()
         config = copy.deepcopy(base.config)
         config.use_cache = True
-        self.model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        with torch.random.fork_rng(devices=[]):  # from_config draws random initial weights from torch's global
+            self.model = AutoModelForCausalLM.from_config(config, dtype=dtype)  # stream: GRPO's samples draw from it
         self.model.generation_config = copy.deepcopy(base.generation_config)
         self.model.generation_config.use_cache = True
         plain = {k.replace(".base_layer", ""): v for k, v in base.state_dict().items() if ".lora_" not in k}

@@ -255,6 +255,18 @@ def test_plain_fp32_sampler_samples_the_same_tokens_as_the_policy_with_merged_lo
             assert got.shape == expected.shape and torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_building_the_sampler_leaves_the_seeded_random_stream_alone(dtype):
+    """The trainer seeds torch, then the kit builds the sampler: its random initial weights (overwritten at once)
+    must not use up the draws, or the run samples other completions from step 1 on than the policy would."""
+    model = tiny_lora_model(fused_head=False).eval()
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    PlainSampler(model, dtype)
+    assert torch.equal(torch.rand(4), expected)
+
+
 @pytest.mark.parametrize("bf16_sampling", [False, True], ids=["fp32-sampler", "bf16-sampler"])
 def test_speed_ups_run_inside_a_real_grpo_training_step(tmp_path, monkeypatch, bf16_sampling):
     import helpers.cpu_compat as cpu_compat
