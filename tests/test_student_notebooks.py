@@ -176,6 +176,18 @@ def test_lessons_take_numbers_from_the_presets():
     assert "{{" not in "".join(p.read_text() for p in INSTRUCTOR)
 
 
+def test_an_include_line_becomes_the_kit_file_and_a_wrong_path_is_named(tmp_path):
+    from scripts import make_notebooks as maker
+
+    lesson = tmp_path / "99_x.py"
+    lesson.write_text("# %%\nx = 1\n# {{include capstone/solution/train_grpo.py}}\n")
+    script = (ROOT / "capstone" / "solution" / "train_grpo.py").read_text()
+    assert maker.lesson_text(lesson) == "# %%\nx = 1\n" + script.rstrip("\n") + "\n"
+    lesson.write_text("# {{include capstone/solution/nothing.py}}\n")
+    with pytest.raises(SystemExit, match=r"99_x.py: # \{\{include capstone/solution/nothing.py\}\} names no file"):
+        maker.lesson_text(lesson)
+
+
 def test_generator_refuses_a_malformed_solution_cell():
     gen = _generator()
     with pytest.raises(gen.StudentNotebookError, match="# SOLUTION"):
