@@ -78,3 +78,26 @@ def names_read_after_parameters(nb) -> set[str]:
     lines = [line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))]  # IPython magics
     return {node.id for node in ast.walk(ast.parse("\n".join(lines)))
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+# ------------------------------------------------------------------------------------ the class's run, as a plan runs it
+# The notebooks that hand the class's run folder on: 04's reward -> 05's run -> 06 -> 05 extended (the homework). A
+# plan's others (01 shown, 03 and 07 as homework) neither read nor write it (the setup cell creates no local run
+# folder). tests/test_notebooks.py executes these in the 90-minute plan's order and with its CPU parameters, in one copy
+# of the kit: those executions are both the notebooks' own tests and the plan's dry run.
+SHARE_THE_RUN = ("04_rewards", "05_train", "06_evaluate_and_save")
+
+
+def course_run(plan) -> list[tuple[str, dict]]:
+    """(notebook, parameters) of the plan's CPU equivalent that share the class's run folder, in the plan's order."""
+    return [(name, parameters) for name, parameters in plan.executed() if name in SHARE_THE_RUN]
+
+
+def copy_kit(target: Path) -> Path:
+    """A class's clone of the kit at target (no .git, venv, runs or caches): the setup cell finds it from its
+    notebooks/ folder, and a notebook's default RUN_DIR lands inside it."""
+    import shutil
+
+    shutil.copytree(ROOT, target, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "student", "__pycache__",
+                                                                "*_cache", "*.egg-info"))
+    return target

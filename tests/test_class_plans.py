@@ -3,26 +3,23 @@
 - fast: the guide's plan tables are what the data gives (scripts/make_class_plans.py --check); every value a plan
   types into a parameters cell is a parameter of that notebook, read after that cell; the CPU equivalent changes
   sizes only; the run folders connect the right notebooks; the T4 values make a valid t4 preset.
-- slow: the 90-minute plan's CPU equivalent, executed with papermill in the plan's order in ONE kit folder, as a
-  class would: 04 saves the reward, 05 trains with it, 06 evaluates, the homework's 05 with a larger MAX_STEPS
-  continues the class run from the checkpoint of its last step.
+- the dry run: the 90-minute plan's CPU equivalent is executed by tests/test_notebooks.py (04 -> 05 -> 06 -> 05 in
+  ONE kit folder, as a class would: 04 saves the reward, 05 trains with it, 06 evaluates, the homework's 05 with a
+  larger MAX_STEPS continues the class run from the checkpoint of its last step); here, that it is the plan's.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
 from helpers.config import get_preset, validate
 from helpers.memory.architectures import MODELS
-from helpers import sharing
 from helpers.colab import LESSONS
 from helpers.run.folder import config_differences
 from helpers.teaching import class_plans as cp
-from notebook_runner import NOTEBOOK_DIR, ROOT, execute, names_read_after_parameters, output_text, parameter_defaults, read
+from notebook_runner import NOTEBOOK_DIR, ROOT, SHARE_THE_RUN, course_run, names_read_after_parameters, parameter_defaults, read
 from scripts import make_class_plans as maker
 
 PLANS = list(cp.PLANS.values())
@@ -108,13 +105,6 @@ def test_a_notebook_opened_for_its_install_runs_with_the_values_it_was_opened_wi
             assert later.parameters == block.parameters and later.cpu == block.cpu
 
 
-# The notebooks that hand the class's run folder on: 04's reward -> 05's run -> 06 -> 05 extended. A plan's others (01
-# shown, 03 and 07 as homework) neither read nor write it (the setup cell creates no local run folder), and
-# tests/test_notebooks.py (07: test_memory_lab_notebook.py) runs each of them top to bottom, so the plan's dry run below
-# leaves them out.
-SHARE_THE_RUN = ("04_rewards", "05_train", "06_evaluate_and_save")
-
-
 @pytest.mark.parametrize("plan", PLANS, ids=[p.key for p in PLANS])
 def test_the_run_folders_connect_the_notebooks_that_share_a_run(plan):
     """04's reward reaches 05 through their shared run folder, and 06 reads the class run from it (on a CPU runtime
@@ -188,50 +178,18 @@ def test_the_t4_estimate_scales_the_logged_run():
     assert estimate["steps"] == 190 and estimate["before_at_most"] == 0  # a continued run reuses before.json
 
 
-# ------------------------------------------------------------------------------------------- slow: a dry run
+# ------------------------------------------------------------------------------------------- the dry run
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-@pytest.mark.slow
-def test_the_90_minute_plan_runs_on_cpu_in_one_kit_folder(tmp_path):
+def test_the_notebook_tests_are_the_90_minute_plans_dry_run():
+    """tests/test_notebooks.py executes 04 -> 05 -> 06 -> 05 in one copy of the kit with these parameters (the plan's
+    CPU equivalent) and checks the hand-offs there: 04 saves the reward, 05 trains with it, 06 evaluates and leaves
+    the run alone, the homework's 05 continues the class run. If the plan changes, that sequence must change with it."""
     plan = cp.NINETY_MINUTES
-    kit = tmp_path / "grpo-course-kit"  # a class's clone: the setup cell finds it from its notebooks/ folder
-    shutil.copytree(ROOT, kit, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "student", "__pycache__",
-                                                             "*_cache", "*.egg-info"))
-    out = tmp_path / "executed"
-    out.mkdir()
-    runs_05 = [b for b in plan.blocks if b.notebook == "05_train" and b.step == cp.RUN]
-    class_steps, homework_steps = (b.cpu_parameters()["MAX_STEPS"] for b in runs_05)
-    course = (kit / _run_dir(runs_05[0])).resolve()
-    seen: dict[str, object] = {}
-    executed = [(name, parameters) for name, parameters in plan.executed() if name in SHARE_THE_RUN]
+    assert [name for name, _ in course_run(plan)] == ["04_rewards", "05_train", "06_evaluate_and_save", "05_train"]
     left_out = {name for name, _ in plan.executed()} - set(SHARE_THE_RUN)
     assert left_out == {"01_setup", "03_data", "07_memory_lab"}, (
         f"{left_out}: the plan runs another notebook. Fix: add it to SHARE_THE_RUN if it reads or writes the run folder")
-    for name, parameters in executed:
-        nb = execute(name, out, parameters, cwd=kit / "notebooks", source_dir=kit / "notebooks")
-        text = output_text(nb)
-        if name == "04_rewards":
-            assert (course / "my_rewards.py").is_file(), "04 saves the student's reward into the class's run folder"
-        elif name == "05_train" and "summary" not in seen:  # the class run
-            summary = json.loads((course / "summary.json").read_text())
-            assert summary["steps"] == class_steps
-            assert "brevity_reward" in json.loads((course / "config.json").read_text())["reward_funcs"]
-            seen.update(summary=summary, metrics=_metrics(course), before=(course / "before.json").read_text())
-        elif name == "06_evaluate_and_save":
-            report = json.loads((sharing.export_dir(course) / "eval.json").read_text())  # a CPU class run: its own
-            assert report["after"]["n"] == parameters["EVAL_SIZE"]
-            assert json.loads((course / "summary.json").read_text()) == seen["summary"], "06 leaves 05's run alone"
-        elif name == "05_train":  # the homework: the same notebook with a larger MAX_STEPS continues the class run
-            assert f"resuming from step {class_steps} ({course / 'trainer' / f'checkpoint-{class_steps}'})" in text
-            rows = _metrics(course)
-            assert [r["step"] for r in rows] == list(range(1, homework_steps + 1))
-            assert rows[:class_steps] == seen["metrics"], "the class run's steps are kept, not trained again"
-            assert json.loads((course / f"summary-step-{class_steps}.json").read_text()) == seen["summary"]
-            assert json.loads((course / "summary.json").read_text())["steps"] == homework_steps
-            assert (course / "before.json").read_text() == seen["before"], "the evaluation before is reused"
-            seen["extended"] = True
-    assert "summary" in seen and seen.get("extended"), "the plan trains in class and extends the run as homework"
+    class_run, homework = (p for n, p in course_run(plan) if n == "05_train")
+    assert homework["MAX_STEPS"] > class_run["MAX_STEPS"], "the homework extends the class run"
+    assert len({p.get("RUN_DIR", _defaults(n)["RUN_DIR"]) for n, p in course_run(plan)}) == 1, "one run folder"

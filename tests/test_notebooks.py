@@ -1,8 +1,10 @@
 """The course notebooks: committed clean and well-formed (fast), and each runs top to bottom on CPU (slow).
 
-The slow tests execute notebooks 01-06 and 09 with papermill from the notebooks/ folder (07 and 08 run in
-test_memory_lab_notebook.py and test_grpo_step.py), with tiny parameters (2 GRPO steps, 4 generations, 4 held-out
-questions), into a temporary output notebook: the committed notebooks are never rewritten. 05 and 06 share one temporary RUN_DIR, as a student's runs/course would be; a
+The slow tests execute notebooks 01-06 and 09 with papermill (07 and 08 run in test_memory_lab_notebook.py and
+test_grpo_step.py), with tiny parameters (2 GRPO steps, 4 generations, 4 held-out questions), into a temporary output
+notebook: the committed notebooks are never rewritten. 04 -> 05 -> 06 -> 05 (the homework) are the 90-minute class
+plan's dry run: executed in its order with its CPU parameters in one copy of the kit, sharing the run folder its
+default RUN_DIR names, as a class's would (tests/test_class_plans.py checks that this is the plan's sequence). A
 separate test starts 06 on CPU with the T4 lab's run in RUN_DIR (a Qwen adapter, as Drive would hold it): 06 shows
 that run from its files and trains a tiny CPU run of its own.
 """
@@ -19,7 +21,8 @@ import pytest
 
 from helpers.colab import lesson_needs_gpu
 from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS
-from notebook_runner import execute
+from helpers.teaching import class_plans as cp
+from notebook_runner import copy_kit, course_run, execute, parameter_defaults
 from notebook_runner import has_image as _has_image
 from notebook_runner import output_text as _text
 
@@ -259,10 +262,35 @@ def _execute(name: str, out_dir: Path, **parameters):
     return execute(name, out_dir, {**TINY, **parameters})
 
 
+COURSE = course_run(cp.NINETY_MINUTES)  # [(notebook, parameters)]: 04, 05, 06, 05 (the homework)
+CLASS_STEPS, HOMEWORK_STEPS = (p["MAX_STEPS"] for name, p in COURSE if name == "05_train")
+
+
+def _execute_course(name: str, out_dir: Path, kit: Path, nth: int = 0):
+    """The plan's nth execution of this notebook, with its CPU parameters, in the kit copy (its default RUN_DIR)."""
+    parameters = [p for n, p in COURSE if n == name][nth]
+    return execute(name, out_dir, parameters, cwd=kit / "notebooks", source_dir=kit / "notebooks")
+
+
 @pytest.fixture(scope="module")
-def shared_run_dir(tmp_path_factory):
-    """The RUN_DIR 05 writes and 06 reads (a student's runs/course)."""
-    return tmp_path_factory.mktemp("course-run")
+def course_kit(tmp_path_factory):
+    """A class's clone of the kit, in which 04 -> 05 -> 06 -> 05 run as the 90-minute plan runs them."""
+    return copy_kit(tmp_path_factory.mktemp("class") / "grpo-course-kit")
+
+
+@pytest.fixture(scope="module")
+def shared_run_dir(course_kit):
+    """The RUN_DIR 04 to 06 share: the notebooks' default (runs/course in the kit), a student's."""
+    run_dir = parameter_defaults(_read(NOTEBOOK_DIR / "05_train.ipynb"))["RUN_DIR"]
+    return (course_kit / run_dir).resolve()
+
+
+def test_the_class_run_uses_the_sizes_these_tests_check():
+    for name, parameters in COURSE:
+        assert {k: parameters[k] for k in TINY if k in parameters and k != "MAX_STEPS"} == {
+            k: v for k, v in TINY.items() if k in parameters and k != "MAX_STEPS"}, name
+    assert CLASS_STEPS == TINY["MAX_STEPS"] and HOMEWORK_STEPS > CLASS_STEPS
+    assert all(p.get("PASS_K_SAMPLES", PASS_K_SAMPLES) == PASS_K_SAMPLES for n, p in COURSE if n.startswith("06"))
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +337,8 @@ def test_03_data_runs(out_dir, shared_run_dir):
 
 
 @pytest.mark.slow
-def test_04_rewards_runs(out_dir, shared_run_dir):
-    nb = _execute("04_rewards", out_dir, RUN_DIR=str(shared_run_dir))
+def test_04_rewards_runs(out_dir, course_kit, shared_run_dir):
+    nb = _execute_course("04_rewards", out_dir, course_kit)
     text = _text(nb)
     assert re.search(r"^perfect\s+2\.000\s+0\.500\s+0\.500\s+0\.500\s+0\.500\s+4\.000$", text, re.M)
     assert "'total': 4.0" in text  # the playground's score dict
@@ -323,27 +351,27 @@ def test_04_rewards_runs(out_dir, shared_run_dir):
 
 
 @pytest.mark.slow
-def test_05_train_writes_the_run_folder(out_dir, shared_run_dir):
+def test_05_train_writes_the_run_folder(out_dir, course_kit, shared_run_dir):
     if not (shared_run_dir / "my_rewards.py").is_file():  # run alone (-k): 04 saves the student's reward first
-        _execute("04_rewards", out_dir, RUN_DIR=str(shared_run_dir))
-    nb = _execute("05_train", out_dir, RUN_DIR=str(shared_run_dir))
+        _execute_course("04_rewards", out_dir, course_kit)
+    nb = _execute_course("05_train", out_dir, course_kit)
     rows = [json.loads(line) for line in (shared_run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    assert len(rows) == TINY["MAX_STEPS"]
+    assert len(rows) == CLASS_STEPS
     assert "reward" in rows[0] and "reward_std" in rows[0]
     # the reward the student wrote in 04's exercise trained in 05: TRL logged it at every step that sampled (the cpu
     # preset trains on each sampled batch twice, so steps 1, 3, ...)
     sampled = [row for row in rows if "reward" in row]
-    assert [row["step"] for row in sampled] == list(range(1, TINY["MAX_STEPS"] + 1, 2))
+    assert [row["step"] for row in sampled] == list(range(1, CLASS_STEPS + 1, 2))
     assert all("rewards/brevity_reward/mean" in row for row in sampled), sorted(rows[0])
     assert "brevity_reward" in json.loads((shared_run_dir / "config.json").read_text())["reward_funcs"]
     for name in ("reward_curve.png", "training_curves.png", "summary.json", "samples.jsonl",
                  "adapter/adapter_config.json", "adapter/adapter_model.safetensors"):
         assert (shared_run_dir / name).is_file(), f"05 must write {name}"
-    assert json.loads((shared_run_dir / "summary.json").read_text())["steps"] == TINY["MAX_STEPS"]
+    assert json.loads((shared_run_dir / "summary.json").read_text())["steps"] == CLASS_STEPS
     assert (shared_run_dir / "dashboard.png").stat().st_size > 0, "the dashboard writes dashboard.png at the end"
     checkpoints = sorted(p.name for p in (shared_run_dir / "trainer").glob("checkpoint-*"))
-    assert f"checkpoint-{TINY['MAX_STEPS']}" in checkpoints, f"05 must leave a resumable checkpoint ({checkpoints})"
-    assert (shared_run_dir / "trainer" / f"checkpoint-{TINY['MAX_STEPS']}" / "trainer_state.json").is_file()
+    assert f"checkpoint-{CLASS_STEPS}" in checkpoints, f"05 must leave a resumable checkpoint ({checkpoints})"
+    assert (shared_run_dir / "trainer" / f"checkpoint-{CLASS_STEPS}" / "trainer_state.json").is_file()
     text = _text(nb)
     assert "Correct! it builds the config helpers.train builds" in text, "exercise 5.1: the GRPOConfig"
     assert "Correct! the group, the answers' room and the step are kept" in text, "exercise 5.2: the budget fix"
@@ -384,12 +412,12 @@ def _check_eval_outputs(exports: Path, exported: bool):
 
 
 @pytest.mark.slow
-def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
+def test_06_uses_the_adapter_from_05(out_dir, course_kit, shared_run_dir):
     """After 05 on CPU (the same RUN_DIR): 06 shows 05's results, evaluates that run, saves its adapter, and with
     the default parameters exports nothing else; RUN_DIR gains only its exports/ folder."""
     had_adapter = (shared_run_dir / "adapter" / "adapter_config.json").is_file()  # False when run without 05
     before = _files(shared_run_dir)
-    nb = _execute("06_evaluate_and_save", out_dir, RUN_DIR=str(shared_run_dir), PASS_K_SAMPLES=PASS_K_SAMPLES)
+    nb = _execute_course("06_evaluate_and_save", out_dir, course_kit)
     text = _text(nb)
     work_dir = shared_run_dir if had_adapter else shared_run_dir.parent / f"{shared_run_dir.name}-cpu"
     if had_adapter:
@@ -399,6 +427,31 @@ def test_06_uses_the_adapter_from_05(out_dir, shared_run_dir):
     assert _files(shared_run_dir, skip="exports") == before, "06 changes nothing of 05's run"
     _check_eval_outputs(work_dir / "exports", exported=False)
     assert "reloaded adapter gives the same greedy answers: True" in text
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_05_as_homework_continues_the_class_run(out_dir, course_kit, shared_run_dir, tmp_path):
+    """The plan's homework: the same 05 with a larger MAX_STEPS resumes the class run from the checkpoint of its last
+    step, keeps its steps and its evaluation before training, and keeps the class run's summary beside the new one."""
+    if not (shared_run_dir / "summary.json").is_file():  # run alone (-k): the class run first
+        _execute_course("04_rewards", out_dir, course_kit)
+        _execute_course("05_train", out_dir, course_kit)
+    summary, metrics = json.loads((shared_run_dir / "summary.json").read_text()), _metrics(shared_run_dir)
+    before = (shared_run_dir / "before.json").read_text()
+    assert summary["steps"] == CLASS_STEPS
+    text = _text(_execute_course("05_train", tmp_path, course_kit, nth=1))
+    checkpoint = shared_run_dir / "trainer" / f"checkpoint-{CLASS_STEPS}"
+    assert f"resuming from step {CLASS_STEPS} ({checkpoint})" in text
+    rows = _metrics(shared_run_dir)
+    assert [r["step"] for r in rows] == list(range(1, HOMEWORK_STEPS + 1))
+    assert rows[:CLASS_STEPS] == metrics, "the class run's steps are kept, not trained again"
+    assert json.loads((shared_run_dir / f"summary-step-{CLASS_STEPS}.json").read_text()) == summary
+    assert json.loads((shared_run_dir / "summary.json").read_text())["steps"] == HOMEWORK_STEPS
+    assert (shared_run_dir / "before.json").read_text() == before, "the evaluation before is reused"
 
 
 def _fake_t4_run(run_dir: Path) -> dict:
