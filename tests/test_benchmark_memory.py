@@ -228,7 +228,7 @@ class _PhaseLog:
 
 @pytest.mark.slow
 def test_kit_mode_measures_the_kits_own_steps(monkeypatch, tmp_path):
-    """One real GRPO step of the cpu preset on CPU through measure_run: it goes through helpers.run.pipeline's steps
+    """One real GRPO step of the cpu preset (a group of 4, 32 tokens) on CPU through measure_run: it goes through helpers.run.pipeline's steps
     (not a copy of them), and the record gets the timings and tokens the GPU run will report."""
     import tempfile
 
@@ -240,7 +240,8 @@ def test_kit_mode_measures_the_kits_own_steps(monkeypatch, tmp_path):
         original = getattr(pipeline, step)
         monkeypatch.setattr(pipeline, step,
                             lambda *a, _f=original, _n=step, **kw: (called.append(_n), _f(*a, **kw))[1])
-    args = bm.parse_args(["kit", "--preset", "cpu", "--steps", "1"])
+    small = '{"num_generations": 4, "per_device_train_batch_size": 4, "max_completion_length": 32}'  # the path, not the size
+    args = bm.parse_args(["kit", "--preset", "cpu", "--steps", "1", "--override", small])
     preset, _ = bm.benchmark_preset(args)
     record, meter = {}, _PhaseLog()
     bm.measure_run(args, preset, None, 0.0, meter, record)
