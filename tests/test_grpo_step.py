@@ -290,3 +290,14 @@ def test_the_stored_trl_curve_matches_the_loops_settings_and_rose():
     assert len(data["curve"]) == grpo_math.LOOP["steps"]
     assert grpo_math.compare_curves(data["curve"], data["curve"])["rise"] > 0
     assert "--reward helpers.rewards:" + grpo_math.LOOP["reward"] in data["command"]
+
+
+def test_the_loops_steps_were_picked_from_seeds_on_which_it_rose():
+    """LOOP["steps"] is the N at which the lesson's loop (the kit's solution) rose on every seed tried
+    (scripts/lesson08_trl_curve.py --seeds, stored beside TRL's curve), so a correct student loop sees it rise."""
+    seeds = grpo_math.trl_curve()["loop_seeds"]
+    assert sorted(s["seed"] for s in seeds) == [0, 1, 2]
+    trl = grpo_math.trl_curve()["curve"]
+    for run in seeds:
+        assert len(run["curve"]) == grpo_math.LOOP["steps"], run["seed"]
+        assert grpo_math.compare_curves(run["curve"], trl)["rise"] > 0.2, run["seed"]

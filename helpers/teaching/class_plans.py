@@ -3,7 +3,8 @@ values typed into its parameters cell (the first code cell, read by the setup ce
 
 docs/instructor-guide.md shows these tables, written by `scripts/make_class_plans.py` (`--check` fails when the
 guide differs); tests/test_class_plans.py checks that every name a plan sets is a parameter its notebook reads, and
-executes the 90-minute plan's CPU equivalent top to bottom with papermill, in the plan's order, in one kit folder.
+tests/test_notebooks.py executes the 90-minute plan's CPU equivalent (the notebooks that share the class's run folder)
+top to bottom with papermill, in the plan's order, in one kit folder.
 
 A plan's values are the T4 class's. Its CPU equivalent (what CI runs) is the same plan with PRESET = "cpu" and
 smaller sizes only (CPU_SIZES, and a block's own `cpu` values such as MAX_STEPS): never another run folder, reward
