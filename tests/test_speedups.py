@@ -132,7 +132,6 @@ def test_plain_sampler_off_samples_with_the_policy_itself(monkeypatch, off):
     assert trl_patches._sampler_for(policy, bf16_sampling=True) == "sampler"  # bf16 sampling is a setting of its own
     assert made == ([torch.bfloat16] if off else [torch.float32, torch.bfloat16])
     assert trl_patches._sampler_for(object(), bf16_sampling=False) is None  # no peft model: nothing to copy
-    assert trl_patches._sampler_for(policy, bf16_sampling=True, processes=2) is None  # DDP: the policy samples
 
 
 @pytest.mark.parametrize("off", [False, True])

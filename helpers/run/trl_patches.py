@@ -120,11 +120,11 @@ def one_line_per_step(trainer) -> None:
 # MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
 
 
-def _sampler_for(policy, bf16_sampling: bool, processes: int = 1):
+def _sampler_for(policy, bf16_sampling: bool):
     """The PlainSampler that samples for this policy (bf16, or fp32 with speed-up plain_sampler), or None: the
-    policy itself samples (a model without peft, plain_sampler off, or several processes: under accelerate's DDP on
-    CPU the ranks' LoRA weights drifted apart with the copy sampling, tests/test_scale_out.py, cause not found)."""
-    if not hasattr(policy, "get_base_model") or processes > 1:
+    policy itself samples (a model without peft, or plain_sampler off). Under accelerate's DDP each rank samples with
+    its own copy (tests/test_scale_out.py: the ranks' weights stay equal)."""
+    if not hasattr(policy, "get_base_model"):
         return None
     if bf16_sampling:
         return PlainSampler(policy, torch.bfloat16)
@@ -147,7 +147,7 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False, bf16_loss: bool =
     if getattr(trainer, "_kit_cpu_speedups", False):
         return trainer
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    sampler = _sampler_for(policy, bf16_sampling, getattr(trainer.accelerator, "num_processes", 1))
+    sampler = _sampler_for(policy, bf16_sampling)
     trainer._kit_sampler = sampler
     trainer._kit_bf16_loss = bf16_loss
     original_generate_turn = trainer._generate_single_turn
