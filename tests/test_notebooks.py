@@ -34,16 +34,9 @@ EXPECTED = ["01_setup", "02_load_model", "03_data", "04_rewards", "05_train", "0
 ALL_LESSONS = sorted(NOTEBOOK_DIR.glob("0[1-9]*.ipynb"))
 REQUIRED_PARAMETERS = ("PRESET", "LESSON", "USE_DRIVE", "MAX_STEPS", "EVAL_SIZE", "RUN_DIR")
 
-# What CI runs: the cpu preset with the smallest settings that still exercise every step.
-TINY = {
-    "PRESET": "cpu",
-    "MAX_STEPS": 2,
-    "EVAL_SIZE": 4,
-    "NUM_GENERATIONS": 4,
-    "BATCH_SIZE": 4,
-    "MAX_COMPLETION_LENGTH": 32,
-    "EVAL_MAX_NEW_TOKENS": 32,
-}
+# What CI runs: the cpu preset with the smallest settings that still exercise every step, the class plans' CPU
+# sizes (so the notebooks' own runs and the 90-minute plan's dry run are the same runs), 2 GRPO steps.
+TINY = {**cp.CPU_SIZES, "MAX_STEPS": 2}
 
 
 def _read(path: Path):
@@ -286,9 +279,8 @@ def shared_run_dir(course_kit):
 
 
 def test_the_class_run_uses_the_sizes_these_tests_check():
-    for name, parameters in COURSE:
-        assert {k: parameters[k] for k in TINY if k in parameters and k != "MAX_STEPS"} == {
-            k: v for k, v in TINY.items() if k in parameters and k != "MAX_STEPS"}, name
+    for name, parameters in COURSE:  # a block's own cpu values change MAX_STEPS only
+        assert {k: parameters[k] for k in cp.CPU_SIZES} == cp.CPU_SIZES, name
     assert CLASS_STEPS == TINY["MAX_STEPS"] and HOMEWORK_STEPS > CLASS_STEPS
     assert all(p.get("PASS_K_SAMPLES", PASS_K_SAMPLES) == PASS_K_SAMPLES for n, p in COURSE if n.startswith("06"))
 
