@@ -16,11 +16,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from test_notebooks import TINY  # CI's smallest CPU settings, one home
+
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTOR = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
 STUDENT_DIR = ROOT / "notebooks" / "student"
-TINY = {"PRESET": "cpu", "MAX_STEPS": 2, "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "BATCH_SIZE": 4,
-        "MAX_COMPLETION_LENGTH": 32, "EVAL_MAX_NEW_TOKENS": 32}
 
 
 def _generator():
