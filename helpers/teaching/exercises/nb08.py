@@ -169,8 +169,6 @@ policy_loss = _LossExercise(
     success="it equals TRL's GRPOTrainer._compute_loss, value and gradient, on every hidden batch.")
 
 
-# Appended as a block: lesson 08's loop exercise (grpo_train).
-
 # The loop's truth is reference_train: the loop written once, with TRL's own loss (grpo_math.trl_loss), and each
 # known mistake as a switch. A student's grpo_train is run beside it on tiny stand-in models (every gradient and every
 # parameter after every step compared); where they part, the mistake whose trace the student's matches is named.
