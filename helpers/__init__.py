@@ -12,6 +12,7 @@ The core, flat (each imports only the core below it):
     model.py           load (Unsloth + vLLM on GPU, the embedded model + peft on CPU) and one generate() for both
     cli.py             command-line flags generated from dataclass fields (helpers.train, helpers.memory)
     cpu_compat.py      the CPU maths: a plain-PyTorch log-prob kernel (no Triton), the shared-prompt loss, bf16 sampler
+    cpu_decode.py      the CPU path's decoding loop: generate's tokens without its per-token overhead
     speedups.py        the CPU path's speed-ups by name: a switch each (--cpu-speedups-off), the ones a run used
     evaluation.py      greedy accuracy, format rate and pass@k, before and after training
     sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed); find an adapter

@@ -497,8 +497,11 @@ def generate_shared_prefix(model, input_ids, attention_mask, generation_config=N
     """model.generate, with the prefix every prompt starts with (system prompt, worked example; for GRPO's groups
     the whole prompt) pre-filled once and its keys/values copied to every row (shared_prefix_inputs).
 
-    `generate`: the generate method to call (model.generate by default)."""
-    generate = generate or model.generate
+    `generate`: the generate function to call (default: helpers.cpu_decode.generate, which is model.generate's
+    tokens, decoded by the kit's own loop where it can)."""
+    if generate is None:
+        from helpers import cpu_decode  # imports torch: importing helpers.model loads none
+        generate = functools.partial(cpu_decode.generate, model)
     if "past_key_values" in kwargs:
         return generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
                         **kwargs)
@@ -554,13 +557,21 @@ def _until_eos(row: list[int], eos_token_id: int) -> list[int]:
 def generate_greedy_leaving(model, input_ids, attention_mask, max_new_tokens: int, eos_token_id: int,
                             every: int | None = None, progress=None, **kwargs) -> list[list[int]]:
     """Greedy new token ids per row (up to its end of text), the rows that reached their end of text leaving the
-    batch every `every` steps (LEAVE_EVERY by default; speed-up finished_rows_leave): generate continues the others from the same cache,
-    narrowed with DynamicCache.batch_select_indices. Greedy only: sampling would draw other random numbers once
+    batch every `every` steps (LEAVE_EVERY by default; speed-up finished_rows_leave): helpers.cpu_decode's loop drops them
+    from its cache, or (where the loop cannot run) generate continues the others from the same cache, narrowed with
+    DynamicCache.batch_select_indices. Greedy only: sampling would draw other random numbers once
     the batch narrows. progress: a bar advanced by decoding steps, max_new_tokens in all, as generate()'s."""
     import torch
 
+    from helpers import cpu_decode  # imports torch: importing helpers.model loads none
+
     every = every or LEAVE_EVERY
     ids, mask, cache = shared_prefix_inputs(model, input_ids, attention_mask)
+    if cpu_decode.unsupported(model, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, **kwargs) is None:
+        streamer = DecodingProgress(progress, max_new_tokens) if progress is not None else None
+        sequences = cpu_decode.generate(model, ids, mask, past_key_values=cache, max_new_tokens=max_new_tokens,
+                                        eos_token_id=eos_token_id, leave_every=every, streamer=streamer, **kwargs)
+        return [_until_eos(row, eos_token_id) for row in sequences[:, ids.shape[1]:].tolist()]
     out = [[] for _ in range(len(ids))]
     alive, done = list(range(len(ids))), 0
     while True:

@@ -26,6 +26,7 @@ SPEEDUPS: dict[str, str] = {
     "old_logps_first_pass": "with num_iterations > 1, the old log-probabilities come from the first loss pass",
     "gqa_attention": "attention reads grouped key/value heads in place, also with a padding mask (no copies)",
     "plain_sampler": "GRPO samples from a plain copy of the policy (no peft wrappers), the step's LoRA merged in",
+    "decode_loop": "decoding runs the model's layers in a loop of the kit's own, the key/value cache allocated once",
     "finished_rows_leave": "rows that reached their end of text stop being decoded",
     "pass_at_k_one_call": "pass@k draws all its samples in one generate call per batch, not one call per round",
     "before_eval_cache": "the evaluation of the unchanged base model is reused from an earlier identical one",

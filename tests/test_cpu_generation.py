@@ -88,11 +88,13 @@ def test_gqa_attention_gives_the_same_greedy_tokens(loaded):
 
 
 def test_finished_rows_leave_the_batch_with_the_same_greedy_tokens(loaded, monkeypatch):
-    """Rows at their end of text leave every few steps: fewer rows per later generate call, the same tokens."""
+    """Where the kit's decoding loop is off (or cannot run), rows at their end of text leave every few steps through
+    generate calls on a narrowed cache: fewer rows per later generate call, the same tokens. (The loop's own leaving:
+    tests/test_cpu_decode.py.)"""
     preset, model, tok, texts = loaded
-    speedups.configure("finished_rows_leave")
+    speedups.configure("finished_rows_leave,decode_loop")
     plain = _ids(model, tok, texts, preset)
-    speedups.configure(None)
+    speedups.configure("decode_loop")
     widths, real_generate = [], model.generate
 
     def spy(*args, **kwargs):
@@ -109,9 +111,12 @@ def test_finished_rows_leave_the_batch_with_the_same_greedy_tokens(loaded, monke
     assert widths[0] == len(texts) and widths[-1] < len(texts) and widths == sorted(widths, reverse=True)
 
 
-def test_finished_rows_leave_counts_every_decoding_step_in_the_progress_bar(loaded):
-    """Several generate calls per batch: the bar still ends at decoding_steps(), one update per decoded step."""
+@pytest.mark.parametrize("loop", [True, False], ids=["decode-loop", "generate-calls"])
+def test_finished_rows_leave_counts_every_decoding_step_in_the_progress_bar(loaded, loop):
+    """Several generate calls per batch, or the kit's loop: the bar still ends at decoding_steps(), one update per
+    decoded step."""
     preset, model, tok, texts = loaded
+    speedups.configure(None if loop else "decode_loop")
     seen = []
     bar = type("Bar", (), {"update": lambda self, n=1: seen.append(n)})()
     with model.disable_adapter():

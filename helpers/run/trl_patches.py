@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import types
 
 import torch
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from helpers import speedups
+from helpers import cpu_decode, speedups
 from helpers.cpu_compat import PlainSampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
 from helpers.messages import say
 from helpers.model import generate_shared_prefix, merged_lora
@@ -161,7 +162,7 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False, bf16_loss: bool =
             sampling_model, merged = sampler.sync(), contextlib.nullcontext()
         else:
             sampling_model, merged = model, merged_lora(model)
-        plain_generate = sampling_model.generate
+        plain_generate = functools.partial(cpu_decode.generate, sampling_model, fallback=sampling_model.generate)
         model.generate = lambda input_ids=None, attention_mask=None, generation_config=None, **kw: (
             generate_shared_prefix(sampling_model, input_ids, attention_mask, generation_config, plain_generate, **kw))
         try:

@@ -1,0 +1,165 @@
+"""helpers.cpu_decode (speed-up decode_loop): the kit's own decoding loop gives model.generate's token ids bit for bit
+and draws the same random numbers, on the embedded model (sampled and greedy, a GRPO group and a padded batch, the
+GRPO sampler and the peft policy), lets finished rows leave without changing a token, and hands everything it cannot
+repeat to generate."""
+
+import functools
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from helpers import cpu_decode, speedups
+from helpers import model as m
+from helpers.config import get_preset
+from helpers.cpu_compat import PlainSampler
+from helpers.data import heldout_questions
+
+pytestmark = pytest.mark.usefixtures("speedups_all_on")  # tests/conftest.py
+
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    preset = get_preset("cpu")
+    policy, tok = m.load_cpu(preset)
+    policy.eval()
+    with torch.no_grad():  # a trained-looking adapter, so the sampler's merged weights differ from the base ones
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)) * 0.01)
+    sampler = PlainSampler(policy, torch.float32)
+    sampler.sync()
+    rows = heldout_questions(preset, 4)
+    layouts = {
+        "grpo-group": m.chat_texts(tok, [rows[0]["prompt"]] * 4),  # one prompt, repeated: the shared prefix path
+        "padded": m.chat_texts(tok, [r["prompt"] for r in rows[1:]] + [[{"role": "user", "content": "Hi"}]]),
+    }
+    return preset, policy, sampler.model, tok, layouts
+
+
+def _config(tok, sample: bool, max_new_tokens=NEW_TOKENS):
+    extra = dict(temperature=0.7, top_k=0, top_p=1.0) if sample else dict(temperature=None, top_k=None, top_p=None)
+    return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=sample, pad_token_id=tok.pad_token_id,
+                            eos_token_id=[tok.eos_token_id], disable_compile=True, **extra)
+
+
+def _generate(model, tok, texts, config, generate, seed=0):
+    """(ids, the next random draw): what a GRPO step's generation gives and leaves behind in torch's stream."""
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        ids = m.generate_shared_prefix(model, batch["input_ids"], batch["attention_mask"], config, generate)
+    return ids, torch.rand(3)
+
+
+@pytest.mark.parametrize("layout", ["grpo-group", "padded"])
+@pytest.mark.parametrize("sample", [True, False], ids=["sampled", "greedy"])
+def test_the_loop_gives_generates_ids_and_draws_the_same_random_numbers(loaded, layout, sample, monkeypatch):
+    preset, policy, sampler_model, tok, layouts = loaded
+    steps = []
+    real_step = cpu_decode.LlamaLayers.step
+    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
+    config = _config(tok, sample)
+    expected, expected_draw = _generate(sampler_model, tok, layouts[layout], config, sampler_model.generate)
+    got, draw = _generate(sampler_model, tok, layouts[layout], config,
+                          functools.partial(cpu_decode.generate, sampler_model))
+    assert steps, "the loop did not run: " + str(cpu_decode.unsupported(sampler_model, config))
+    assert got.shape == expected.shape and torch.equal(got, expected)
+    assert torch.equal(draw, expected_draw)  # the next GRPO step samples from the same place in the stream
+
+
+def test_the_loop_decodes_the_peft_policy_with_its_adapter_merged_or_disabled(loaded):
+    preset, policy, sampler_model, tok, layouts = loaded
+    config = _config(tok, sample=True)
+    texts = layouts["padded"]
+    with m.merged_lora(policy):
+        assert cpu_decode.unsupported(policy, config) is None
+        expected, _ = _generate(policy, tok, texts, config, policy.generate, seed=1)
+        got, _ = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
+    assert torch.equal(got, expected)
+    with policy.disable_adapter():
+        assert cpu_decode.unsupported(policy, config) is None
+        expected, _ = _generate(policy, tok, texts, config, policy.generate, seed=1)
+        got, _ = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
+    assert torch.equal(got, expected)
+
+
+def test_finished_rows_leave_the_loop_with_the_same_greedy_ids(loaded, monkeypatch):
+    preset, policy, sampler_model, tok, layouts = loaded
+    texts = layouts["padded"]  # "Hi" ends after a few tokens, the questions go on
+    widths = []
+    real_step = cpu_decode.LlamaLayers.step
+    monkeypatch.setattr(cpu_decode.LlamaLayers, "step",
+                        lambda self, tokens, *a: widths.append(len(tokens)) or real_step(self, tokens, *a))
+    config = _config(tok, sample=False, max_new_tokens=40)
+    expected, _ = _generate(sampler_model, tok, texts, config, sampler_model.generate)
+    got, _ = _generate(sampler_model, tok, texts, config,
+                       functools.partial(cpu_decode.generate, sampler_model, leave_every=4))
+    assert torch.equal(got, expected)
+    assert widths[0] == len(texts) and widths[-1] < len(texts) and widths == sorted(widths, reverse=True)
+
+
+def test_a_streamer_sees_what_generate_hands_it(loaded):
+    preset, policy, sampler_model, tok, layouts = loaded
+    batch = tok(layouts["padded"], return_tensors="pt", padding=True, add_special_tokens=False)
+    seen = {}
+    for name, generate in (("generate", sampler_model.generate),
+                           ("loop", functools.partial(cpu_decode.generate, sampler_model))):
+        calls = seen[name] = []
+        streamer = type("S", (), {"put": lambda self, v: calls.append(tuple(v.shape)),
+                                  "end": lambda self: calls.append("end")})()
+        with torch.no_grad():
+            generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     generation_config=_config(tok, sample=False), streamer=streamer)
+    assert seen["loop"] == seen["generate"] and seen["loop"][-1] == "end"
+
+
+# ------------------------------------------------------------------------------------------------- what falls back
+
+
+def _tiny_llama(**config):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
+                                        **config)).eval()
+
+
+def _falls_back(model, reason: str, **kwargs):
+    ids = torch.randint(2, 64, (2, 5))
+    calls = []
+    out = cpu_decode.generate(model, ids, torch.ones_like(ids), fallback=lambda **kw: calls.append(kw) or "generate",
+                              max_new_tokens=4, do_sample=False, **kwargs)
+    assert out == "generate" and calls and calls[0]["input_ids"] is ids
+    assert reason in (cpu_decode.unsupported(model, max_new_tokens=4, do_sample=False, **kwargs) or "")
+
+
+def test_the_loop_runs_on_a_tiny_llama_and_declines_what_it_cannot_repeat():
+    model = _tiny_llama()
+    assert cpu_decode.unsupported(model, max_new_tokens=4) is None
+    _falls_back(model, "beam search", num_beams=2)
+    _falls_back(model, "stop strings", max_time=5.0)
+    speedups.configure("decode_loop")
+    _falls_back(model, "decode_loop is off")
+    speedups.configure(None)
+    _falls_back(model.to(torch.bfloat16), "fp32")
+
+
+def test_an_active_unmerged_lora_adapter_goes_to_generate():
+    """peft adds x A B to the base layer's output: the loop reads plain weights only, so it must not run there."""
+    from peft import LoraConfig, get_peft_model
+
+    policy = get_peft_model(_tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).eval()
+    _falls_back(policy, "merged or disabled")
+    with m.merged_lora(policy):
+        assert cpu_decode.unsupported(policy, max_new_tokens=4) is None
+
+
+def test_another_architecture_goes_to_generate():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)).eval()
+    _falls_back(model, "not a transformers LlamaForCausalLM")
