@@ -116,6 +116,15 @@ def test_a_streamer_sees_what_generate_hands_it(loaded):
     assert seen["loop"] == seen["generate"] and seen["loop"][-1] == "end"
 
 
+def test_the_output_projection_in_slices_equals_one_linear_bit_for_bit(loaded):
+    preset, policy, sampler_model, tok, layouts = loaded
+    layers = cpu_decode.LlamaLayers(sampler_model)
+    hidden = torch.randn(8, sampler_model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    assert sampler_model.lm_head.weight.shape[0] > cpu_decode.LM_HEAD_ROWS  # really more than one slice
+    with torch.no_grad():
+        assert torch.equal(layers.logits(hidden), sampler_model.lm_head(hidden))
+
+
 # ------------------------------------------------------------------------------------------------- what falls back
 
 
