@@ -253,6 +253,23 @@ def time_sampling(dtype_name: str, batch: int, new_tokens: int, repeats: int) ->
     return statistics.median(rates), weight_bytes_per_step(model)
 
 
+def time_matmuls(model, batch: int, repeats: int = 5) -> float:
+    """Row-tokens/s if a decoding step were only its matmuls: F.linear of `batch` rows through every distinct weight
+    matrix of the model, in order (each read from memory: together they outgrow the caches), median of `repeats`.
+    The ceiling any decoding loop with these kernels can reach, whatever its other overhead."""
+    weights = list({id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}.values())
+    inputs = {w.shape[1]: torch.randn(batch, w.shape[1], dtype=w.dtype) for w in weights}
+    seconds = []
+    with torch.no_grad():
+        for i in range(repeats + 1):
+            started = time.perf_counter()
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+            if i:  # the first pass warms up
+                seconds.append(time.perf_counter() - started)
+    return batch / statistics.median(seconds)
+
+
 def run_bandwidth(args) -> int:
     threads = torch.get_num_threads()
     gbs = read_bandwidth_gbs(args.bandwidth_mb)
@@ -266,6 +283,12 @@ def run_bandwidth(args) -> int:
               f"{limit:.0f} row-tokens/s at batch {args.batch}; measured {rate:.1f} row-tokens/s "
               f"({args.new_tokens} new tokens at most, median of {args.repeats_sampling}) = {rate / limit:.0%} of it",
               flush=True)
+        if dtype_name == "fp32":
+            policy, _ = load_cpu(get_preset("cpu"))
+            ceiling = time_matmuls(sampling_model(policy, "fp32")[0], args.batch)
+            print(f"[bench] fp32 matmuls alone (F.linear through every weight, {args.batch} rows): {ceiling:.0f} "
+                  f"row-tokens/s = {ceiling / limit:.0%} of the limit: the most any decoding loop with these kernels "
+                  f"reaches; sampling got {rate / ceiling:.0%} of it", flush=True)
     return 0
 
 

@@ -127,3 +127,18 @@ def test_bandwidth_and_a_tiny_real_sampling_call_give_sane_numbers():
     rate, weights = bench.time_sampling("fp32", batch=2, new_tokens=3, repeats=1)
     assert 530e6 < weights < 545e6  # SmolLM2-135M in fp32, the tied embedding counted once: the issue's 538 MB
     assert rate > 0
+
+
+def test_the_matmul_ceiling_times_every_distinct_weight_once():
+    """A tied output layer and embedding are one matrix: read once per step, as a decoding step does."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    seen = []
+    real_linear = torch.nn.functional.linear
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", lambda x, w, *a: seen.append(w.shape) or real_linear(x, w, *a))
+        rate = bench.time_matmuls(model, batch=4, repeats=2)
+    assert len(seen) == 3 * (2 * 7 + 1)  # warm-up + 2 timed passes over 7 projections x 2 layers + the lm_head
+    assert rate > 0
