@@ -162,20 +162,19 @@ def _eos_ids(generation_config) -> list[int]:
 def generate(model, input_ids, attention_mask=None, generation_config=None, streamer=None, fallback=None,
              leave_every: int | None = None, **kwargs):
     """model.generate(input_ids=..., attention_mask=..., generation_config=..., streamer=..., **kwargs), decoded by
-    the loop when model_why_not() and call_why_not() find nothing against it (the same token ids, bit for bit), else by `fallback` (default
-    model.generate). model: a transformers model or a peft model around one.
+    the loop when model_why_not() and call_why_not() find nothing against it (the same token ids, bit for bit),
+    else by `fallback` (default model.generate). model: a transformers model or a peft model around one.
 
     leave_every (greedy only): rows that reached their end of text leave the batch every that many steps (speed-up
     finished_rows_leave); greedy tokens of a row do not depend on the other rows, so the ids are unchanged."""
-    fallback = fallback or model.generate
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if attention_mask is None or model_why_not(target) is not None:
-        return fallback(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                        streamer=streamer, **kwargs)
+    if (attention_mask is None or model_why_not(target) is not None
+            or call_why_not(*target._prepare_generation_config(generation_config, **kwargs)) is not None):
+        if streamer is not None:  # only what the caller gave: generate on the GPU path may be Unsloth's
+            kwargs["streamer"] = streamer
+        return (fallback or model.generate)(input_ids=input_ids, attention_mask=attention_mask,
+                                            generation_config=generation_config, **kwargs)
     config, model_kwargs = target._prepare_generation_config(generation_config, **kwargs)
-    if call_why_not(config, model_kwargs) is not None:
-        return fallback(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                        streamer=streamer, **kwargs)
     first_config = copy.deepcopy(config)
     first_config.max_new_tokens, first_config.return_dict_in_generate = 1, True
     first_config.max_length = None  # max_new_tokens decides (a max_length too would be warned about)

@@ -557,10 +557,10 @@ def _until_eos(row: list[int], eos_token_id: int) -> list[int]:
 def generate_greedy_leaving(model, input_ids, attention_mask, max_new_tokens: int, eos_token_id: int,
                             every: int | None = None, progress=None, **kwargs) -> list[list[int]]:
     """Greedy new token ids per row (up to its end of text), the rows that reached their end of text leaving the
-    batch every `every` steps (LEAVE_EVERY by default; speed-up finished_rows_leave): helpers.cpu_decode's loop drops them
-    from its cache, or (where the loop cannot run) generate continues the others from the same cache, narrowed with
-    DynamicCache.batch_select_indices. Greedy only: sampling would draw other random numbers once
-    the batch narrows. progress: a bar advanced by decoding steps, max_new_tokens in all, as generate()'s."""
+    batch every `every` steps (LEAVE_EVERY by default; speed-up finished_rows_leave): helpers.cpu_decode's loop
+    drops them from its cache, or (where the loop cannot run) generate continues the others from the same cache,
+    narrowed with DynamicCache.batch_select_indices. Greedy only: sampling would draw other random numbers once the
+    batch narrows. progress: a bar advanced by decoding steps, max_new_tokens in all, as generate()'s."""
     import torch
 
     from helpers import cpu_decode  # imports torch: importing helpers.model loads none

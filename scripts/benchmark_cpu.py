@@ -297,7 +297,8 @@ def run_bandwidth(args) -> int:
 # by $GRPO_KIT_SPEEDUPS_OFF, in short main jobs, the two variants alternating. "outside training": the job's wall
 # time less its training (load, the two evaluations, pass@k); "job": the whole wall time (a name not listed here).
 LEVER_PHASE = {
-    "shared_prefix": "generation", "merged_lora": "generation", "plain_sampler": "generation", "decode_loop": "generation",
+    "shared_prefix": "generation", "merged_lora": "generation", "plain_sampler": "generation",
+    "decode_loop": "generation",
     "shared_prompt_loss": "loss", "old_logps_first_pass": "loss",
     "gqa_attention": "outside training", "finished_rows_leave": "outside training",  # greedy evaluation only
     "pass_at_k_one_call": "outside training", "before_eval_cache": "outside training",

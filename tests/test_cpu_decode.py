@@ -145,6 +145,7 @@ def _falls_back(model, reason: str, **kwargs):
     out = cpu_decode.generate(model, ids, torch.ones_like(ids), fallback=lambda **kw: calls.append(kw) or "generate",
                               max_new_tokens=4, do_sample=False, **kwargs)
     assert out == "generate" and calls and calls[0]["input_ids"] is ids
+    assert "streamer" not in calls[0]  # only what the caller passed: Unsloth's generate on the GPU path gets no more
     assert reason in (cpu_decode.unsupported(model, max_new_tokens=4, do_sample=False, **kwargs) or "")
 
 
