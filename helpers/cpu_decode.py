@@ -222,6 +222,7 @@ def _decode(model, sequences, attention_mask, cache, steps, processors, do_sampl
         values.append(layer.values.new_empty(shape))
         keys[-1][:, :, :length] = layer.keys
         values[-1][:, :, :length] = layer.values
+        layer.keys, layer.values = keys[-1][:, :, :length], values[-1][:, :, :length]  # the same values, held once
     mask = torch.cat([attention_mask.bool(), attention_mask.new_ones(rows, steps).bool()], dim=1)
     padded = not bool(mask.all())
     # generate's positions: the mask's running count less one, and +1 per new token
