@@ -47,7 +47,6 @@ class LlamaLayers:
     """The tensors one decoding step of a transformers Llama model reads, in the order its forward uses them."""
 
     def __init__(self, causal_lm):
-        self.model = causal_lm
         backbone = causal_lm.model
         config = causal_lm.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -168,13 +167,15 @@ def generate(model, input_ids, attention_mask=None, generation_config=None, stre
     leave_every (greedy only): rows that reached their end of text leave the batch every that many steps (speed-up
     finished_rows_leave); greedy tokens of a row do not depend on the other rows, so the ids are unchanged."""
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if (attention_mask is None or model_why_not(target) is not None
-            or call_why_not(*target._prepare_generation_config(generation_config, **kwargs)) is not None):
+    reason = "no attention mask" if attention_mask is None else model_why_not(target)
+    if reason is None:
+        config, model_kwargs = target._prepare_generation_config(generation_config, **kwargs)
+        reason = call_why_not(config, model_kwargs)
+    if reason is not None:
         if streamer is not None:  # only what the caller gave: generate on the GPU path may be Unsloth's
             kwargs["streamer"] = streamer
         return (fallback or model.generate)(input_ids=input_ids, attention_mask=attention_mask,
                                             generation_config=generation_config, **kwargs)
-    config, model_kwargs = target._prepare_generation_config(generation_config, **kwargs)
     first_config = copy.deepcopy(config)
     first_config.max_new_tokens, first_config.return_dict_in_generate = 1, True
     first_config.max_length = None  # max_new_tokens decides (a max_length too would be warned about)
@@ -227,23 +228,22 @@ def _decode(model, sequences, attention_mask, cache, steps, processors, do_sampl
     padded = not bool(mask.all())
     # generate's positions: the mask's running count less one, and +1 per new token
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)[:, -1] + 1
-    tokens = sequences[:, -1]
-    new = sequences.new_full((rows, steps), pad)
+    tokens, width = sequences[:, -1], sequences.shape[1]
+    sequences = torch.cat([sequences, sequences.new_full((rows, steps), pad)], dim=1)  # filled column by column
     alive = torch.arange(rows)  # the original rows still in the batch (all of them unless rows leave)
     pad_tensor = torch.tensor(pad, dtype=torch.long)
     done = 0
     while done < steps:
         step_mask = mask[:, None, None, :length + 1] if padded else None
         logits = layers.step(tokens, positions, keys, values, length, step_mask)
-        scores = processors(sequences, logits.to(dtype=torch.float32, copy=True))
+        # the ids so far, as generate hands its processors (rows leave only when there are none)
+        scores = processors(sequences[:, :width + done], logits.to(dtype=torch.float32, copy=True))
         if do_sample:
             tokens = torch.multinomial(F.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:
             tokens = torch.argmax(scores, dim=-1)
         tokens = tokens * unfinished + pad_tensor * ~unfinished
-        new[alive, done] = tokens
-        if leave_every is None:
-            sequences = torch.cat([sequences, tokens[:, None]], dim=-1)
+        sequences[alive, width + done] = tokens
         if streamer is not None:
             streamer.put(tokens.cpu())
         unfinished = unfinished & ~torch.isin(tokens, eos)
@@ -256,6 +256,4 @@ def _decode(model, sequences, attention_mask, cache, steps, processors, do_sampl
             values = [v.index_select(0, keep) for v in values]
             mask, positions, tokens, unfinished, alive = (mask[keep], positions[keep], tokens[keep],
                                                           unfinished[keep], alive[keep])
-    if leave_every is None:
-        return sequences
-    return torch.cat([sequences, new[:, :done]], dim=-1)
+    return sequences[:, :width + done]

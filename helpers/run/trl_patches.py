@@ -162,6 +162,7 @@ def speed_up_grpo_on_cpu(trainer, bf16_sampling: bool = False, bf16_loss: bool =
             sampling_model, merged = sampler.sync(), contextlib.nullcontext()
         else:
             sampling_model, merged = model, merged_lora(model)
+        # the fallback is bound now: with plain_sampler off sampling_model is `model`, whose generate is replaced below
         plain_generate = functools.partial(cpu_decode.generate, sampling_model, fallback=sampling_model.generate)
         model.generate = lambda input_ids=None, attention_mask=None, generation_config=None, **kw: (
             generate_shared_prefix(sampling_model, input_ids, attention_mask, generation_config, plain_generate, **kw))
