@@ -229,11 +229,12 @@ def sampling_model(policy, dtype_name: str):
     return (sampler.sync(), contextlib.nullcontext()) if sampler is not None else (policy, merged_lora(policy))
 
 
-def time_sampling(dtype_name: str, batch: int, new_tokens: int, repeats: int) -> tuple[float, int]:
+def time_sampling(dtype_name: str, batch: int, new_tokens: int, repeats: int, loaded=None) -> tuple[float, int]:
     """(row-tokens/s, weight bytes per step) of sampling one group of `batch` completions of a cpu-preset prompt,
-    the way GRPO does on the CPU path (shared prefix pre-filled once); median of `repeats` after a warm-up."""
+    the way GRPO does on the CPU path (shared prefix pre-filled once, helpers.cpu_decode's loop where it runs);
+    median of `repeats` after a warm-up. loaded: (policy, tokenizer) from load_cpu, else loaded here."""
     preset = get_preset("cpu")
-    policy, tokenizer = load_cpu(preset)
+    policy, tokenizer = loaded or load_cpu(preset)
     model, context = sampling_model(policy, dtype_name)
     texts = chat_texts(tokenizer, [heldout_questions(preset, 1)[0]["prompt"]] * batch)
     batch_in = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -244,8 +245,7 @@ def time_sampling(dtype_name: str, batch: int, new_tokens: int, repeats: int) ->
         for i in range(repeats + 1):
             torch.manual_seed(i)
             started = time.perf_counter()
-            ids = generate_shared_prefix(model, batch_in["input_ids"], batch_in["attention_mask"], None,
-                                         model.generate, **kwargs)
+            ids = generate_shared_prefix(model, batch_in["input_ids"], batch_in["attention_mask"], None, **kwargs)
             seconds = time.perf_counter() - started
             tokens = generated_tokens(ids[:, batch_in["input_ids"].shape[1]:], tokenizer.eos_token_id)
             if i:  # the first call warms up
@@ -275,8 +275,9 @@ def run_bandwidth(args) -> int:
     gbs = read_bandwidth_gbs(args.bandwidth_mb)
     print(f"[bench] memory read: {gbs:.1f} GB/s (median of 5 sums of a {args.bandwidth_mb} MB fp32 tensor, "
           f"{threads} threads)")
+    loaded = load_cpu(get_preset("cpu"))
     for dtype_name in ("fp32", "bf16"):
-        rate, weights = time_sampling(dtype_name, args.batch, args.new_tokens, args.repeats_sampling)
+        rate, weights = time_sampling(dtype_name, args.batch, args.new_tokens, args.repeats_sampling, loaded)
         limit = row_token_limit(gbs, weights, args.batch)
         note = "" if dtype_name == "fp32" or cpu_has_native_bf16() else " (this CPU has no native bf16)"
         print(f"[bench] {dtype_name} sampling{note}: {weights / 1e6:.1f} MB of weights per decoding step -> limit "
@@ -284,8 +285,7 @@ def run_bandwidth(args) -> int:
               f"({args.new_tokens} new tokens at most, median of {args.repeats_sampling}) = {rate / limit:.0%} of it",
               flush=True)
         if dtype_name == "fp32":
-            policy, _ = load_cpu(get_preset("cpu"))
-            ceiling = time_matmuls(sampling_model(policy, "fp32")[0], args.batch)
+            ceiling = time_matmuls(sampling_model(loaded[0], "fp32")[0], args.batch)
             print(f"[bench] fp32 matmuls alone (F.linear through every weight, {args.batch} rows): {ceiling:.0f} "
                   f"row-tokens/s = {ceiling / limit:.0%} of the limit: the most any decoding loop with these kernels "
                   f"reaches; sampling got {rate / ceiling:.0%} of it", flush=True)
