@@ -130,7 +130,8 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temper
         hidden = torch.cat([prompt_out.last_hidden_state[:, -1:].repeat_interleave(group, dim=0),
                             completion_out.last_hidden_state[:, :-1]], dim=1)
         keep = mask[:, prompt_len:] == 1
-        log_probs, entropy, *_ = trl_utils._ChunkedLogProbFunction.apply(
+        chunked = trl_utils._ChunkedLogProbFunction or TorchChunkedLogProb  # unpatched TRL on a CPU build: None
+        log_probs, entropy, *_ = chunked.apply(
             hidden[keep], lm_head.weight, lm_head.bias, completion_ids[keep], temperature,
             trl_utils._CHUNKED_LOGPROB_CHUNK_SIZE, None, 1.0,
             ("log_probs", "entropy") if compute_entropy else ("log_probs",))

@@ -9,14 +9,17 @@ random numbers: the same tokens as model.generate (tests/test_cpu_decode.py). Th
 model.generate itself (max_new_tokens=1), so the prompt's pre-fill, the logits processors and the first random draw
 are transformers' own; the loop applies the processors generate built.
 
-Speed-up "decode_loop" (helpers.speedups). Anything it does not know (another architecture, a GPU, peft layers
-with an unmerged adapter, beam search, stop strings, a cache other than DynamicCache) goes to
-model.generate unchanged (or the caller's fallback).
+peft LoRA layers run as peft's forward runs them: the base projection, plus x A B times the scaling for an active
+unmerged adapter (so lesson 08's loop samples from its training policy here too), and several samples per prompt
+are the prompt repeated first, as generate repeats it. Speed-up "decode_loop" (helpers.speedups). Anything it does
+not know (another architecture, a GPU, DoRA or another LoRA variant, beam search, stop strings, a cache other than
+DynamicCache) goes to model.generate unchanged (or the caller's fallback).
 """
 
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -28,19 +31,44 @@ LM_HEAD_ROWS = 2048  # vocabulary rows per slice of the output projection (Llama
 GENERATE_KEYS = {"past_key_values", "use_cache"}  # model kwargs the loop understands (besides the inputs)
 
 
-def _weight_and_bias(module):
-    """(weight, bias) of a projection as its forward uses them: a torch Linear, or a peft LoRA Linear whose forward
-    is its base layer's (adapter merged into the base weight, disabled, or not on this layer); None otherwise."""
+class Projection(NamedTuple):
+    """A projection as its forward computes it: F.linear(x, weight, bias), plus, for each active unmerged LoRA
+    adapter, F.linear(F.linear(x, *a), *b) * scaling (peft's LoraLayer.forward for vanilla LoRA in eval mode)."""
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    loras: tuple = ()  # ((a_weight, a_bias), (b_weight, b_bias), scaling) per active adapter, in peft's order
+
+    def __call__(self, x):
+        out = F.linear(x, self.weight, self.bias)
+        for a, b, scaling in self.loras:  # peft: result = result + lora_B(lora_A(dropout(x))) * scaling
+            out = out + F.linear(F.linear(x, *a), *b) * scaling
+        return out
+
+
+def _projection(module) -> Projection | None:
+    """A torch Linear, or a peft LoRA Linear as its forward runs it: its base layer alone (adapter merged into the
+    base weight, disabled, or not on this layer) or plus each active adapter's vanilla LoRA in fp32; None otherwise
+    (DoRA and other variants, a dropout that is not identity in eval mode, another dtype)."""
     if type(module) is torch.nn.Linear:
-        return module.weight, module.bias
+        return Projection(module.weight, module.bias)
     base = getattr(module, "base_layer", None)
     if type(base) is not torch.nn.Linear or not hasattr(module, "lora_A"):
         return None
     if module.disable_adapters:
-        return None if module.merged else (base.weight, base.bias)  # peft's forward would unmerge first
-    if module.merged or not any(name in module.lora_A for name in module.active_adapters):
-        return base.weight, base.bias
-    return None
+        return None if module.merged else Projection(base.weight, base.bias)  # peft's forward would unmerge first
+    active = [name for name in module.active_adapters if name in module.lora_A]
+    if module.merged or not active:
+        return Projection(base.weight, base.bias)
+    loras = []
+    for name in active:
+        a, b, dropout = module.lora_A[name], module.lora_B[name], module.lora_dropout[name]
+        if (name in getattr(module, "lora_variant", {}) or module.use_dora.get(name)
+                or type(a) is not torch.nn.Linear or type(b) is not torch.nn.Linear
+                or type(dropout) not in (torch.nn.Identity, torch.nn.Dropout) or dropout.training
+                or a.weight.dtype != torch.float32 or b.weight.dtype != torch.float32):
+            return None
+        loras.append(((a.weight, a.bias), (b.weight, b.bias), module.scaling[name]))
+    return Projection(base.weight, base.bias, tuple(loras))
 
 
 class LlamaLayers:
@@ -54,16 +82,16 @@ class LlamaLayers:
         self.embed = backbone.embed_tokens
         self.rotary = backbone.rotary_emb
         self.norm = backbone.norm
-        self.lm_head = _weight_and_bias(causal_lm.lm_head)
+        self.lm_head = _projection(causal_lm.lm_head)
         self.layers = []
         for layer in backbone.layers:
             attention, mlp = layer.self_attn, layer.mlp
             self.layers.append(dict(
                 input_norm=layer.input_layernorm, post_norm=layer.post_attention_layernorm,
-                q=_weight_and_bias(attention.q_proj), k=_weight_and_bias(attention.k_proj),
-                v=_weight_and_bias(attention.v_proj), o=_weight_and_bias(attention.o_proj),
-                gate=_weight_and_bias(mlp.gate_proj), up=_weight_and_bias(mlp.up_proj),
-                down=_weight_and_bias(mlp.down_proj), act=mlp.act_fn, scaling=attention.scaling))
+                q=_projection(attention.q_proj), k=_projection(attention.k_proj),
+                v=_projection(attention.v_proj), o=_projection(attention.o_proj),
+                gate=_projection(mlp.gate_proj), up=_projection(mlp.up_proj),
+                down=_projection(mlp.down_proj), act=mlp.act_fn, scaling=attention.scaling))
 
     @staticmethod
     def rms_norm(norm, x):
@@ -83,29 +111,28 @@ class LlamaLayers:
         half = dim // 2
         for layer, layer_keys, layer_values in zip(self.layers, keys, values):
             x = self.rms_norm(layer["input_norm"], hidden)
-            q = F.linear(x, *layer["q"]).view(rows, self.heads, 1, dim)
-            k = F.linear(x, *layer["k"]).view(rows, self.kv_heads, 1, dim)
-            layer_values[:, :, length:length + 1] = F.linear(x, *layer["v"]).view(rows, self.kv_heads, 1, dim)
+            q = layer["q"](x).view(rows, self.heads, 1, dim)
+            k = layer["k"](x).view(rows, self.kv_heads, 1, dim)
+            layer_values[:, :, length:length + 1] = layer["v"](x).view(rows, self.kv_heads, 1, dim)
             # apply_rotary_pos_emb: x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1)
             q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
             layer_keys[:, :, length:length + 1] = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
             attended = F.scaled_dot_product_attention(
                 q, layer_keys[:, :, :length + 1], layer_values[:, :, :length + 1], attn_mask=attention_mask,
                 scale=layer["scaling"], enable_gqa=True)
-            hidden = hidden + F.linear(attended.reshape(rows, self.heads * dim), *layer["o"])
+            hidden = hidden + layer["o"](attended.reshape(rows, self.heads * dim))
             x = self.rms_norm(layer["post_norm"], hidden)
-            hidden = hidden + F.linear(layer["act"](F.linear(x, *layer["gate"])) * F.linear(x, *layer["up"]),
-                                       *layer["down"])
+            hidden = hidden + layer["down"](layer["act"](layer["gate"](x)) * layer["up"](x))
         return self.logits(self.rms_norm(self.norm, hidden))
 
     def logits(self, hidden):
         """The output projection in slices of LM_HEAD_ROWS vocabulary rows: every logit is the same dot product as
         one F.linear's, bit for bit (tests/test_cpu_decode.py), and at a few rows per step MKL's packing of a slice
         stays in cache (SmolLM2's 49152 x 576 matrix: 14.3 against 17.9 ms per step, docs/performance.md)."""
-        weight, bias = self.lm_head
-        if bias is not None:
-            return F.linear(hidden, weight, bias)
-        return torch.cat([F.linear(hidden, rows) for rows in weight.split(LM_HEAD_ROWS)], dim=-1)
+        head = self.lm_head
+        if head.bias is not None or head.loras:
+            return head(hidden)
+        return torch.cat([F.linear(hidden, rows) for rows in head.weight.split(LM_HEAD_ROWS)], dim=-1)
 
 
 def model_why_not(model) -> str | None:
@@ -123,8 +150,8 @@ def model_why_not(model) -> str | None:
     projections = [model.lm_head] + [m for layer in model.model.layers for m in (
         layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.o_proj,
         layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)]
-    if any(_weight_and_bias(m) is None for m in projections):
-        return "a projection is neither a plain Linear nor a LoRA layer with its adapter merged or disabled"
+    if any(_projection(m) is None for m in projections):
+        return "a projection is neither a plain Linear nor a vanilla fp32 LoRA layer (DoRA or another variant?)"
     return None
 
 
@@ -138,8 +165,10 @@ def call_why_not(generation_config, model_kwargs) -> str | None:
     if cache is not None and type(cache) is not DynamicCache:
         return f"a {type(cache).__name__} cache"
     gc = generation_config
-    if (gc.num_beams or 1) != 1 or (gc.num_return_sequences or 1) != 1 or gc.max_new_tokens is None:
-        return "beam search, several sequences per prompt, or no max_new_tokens"
+    if (gc.num_beams or 1) != 1 or gc.max_new_tokens is None:
+        return "beam search or no max_new_tokens"
+    if (gc.num_return_sequences or 1) != 1 and cache is not None:
+        return "several sequences per prompt with a cache given"
     if gc.return_dict_in_generate or gc.stop_strings or gc.max_time:
         return "return_dict_in_generate, stop strings or a time limit"
     if gc.prefill_chunk_size is not None or gc.use_cache is False:
@@ -176,6 +205,11 @@ def generate(model, input_ids, attention_mask=None, generation_config=None, stre
             kwargs["streamer"] = streamer
         return (fallback or model.generate)(input_ids=input_ids, attention_mask=attention_mask,
                                             generation_config=generation_config, **kwargs)
+    copies = config.num_return_sequences or 1
+    if copies > 1:  # generate's _expand_inputs_for_generation: each prompt repeated in place, before the pre-fill
+        input_ids, attention_mask = (t.repeat_interleave(copies, dim=0) for t in (input_ids, attention_mask))
+        config = copy.deepcopy(config)
+        config.num_return_sequences = 1
     first_config = copy.deepcopy(config)
     first_config.max_new_tokens, first_config.return_dict_in_generate = 1, True
     first_config.max_length = None  # max_new_tokens decides (a max_length too would be warned about)

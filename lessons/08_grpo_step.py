@@ -154,8 +154,9 @@ print("advantages:", [round(float(a), 3) for a in advantages])
 #
 # Then the log-probability of every sampled token under the policy that sampled it, `logp_old`, without gradient:
 # one forward pass over prompt + completion, the logits divided by the temperature, `log_softmax`, and the entry of
-# the token that was sampled (`grpo_math.completion_logps`, the computation in TRL's `_get_per_token_logps_and_entropies`). A
-# completion's log-probability is the sum over its tokens.
+# the token that was sampled (`grpo_math.completion_logps`, the computation in TRL's `_get_per_token_logps_and_entropies`:
+# logits only at the completion's positions, `logits_to_keep`; on a CPU the kit's helper also runs the group's shared
+# prompt once, as the kit's GRPO runs do). A completion's log-probability is the sum over its tokens.
 
 # %%
 is_eos = completion_ids == tokenizer.eos_token_id

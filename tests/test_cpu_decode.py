@@ -1,7 +1,7 @@
 """helpers.cpu_decode (speed-up decode_loop): the kit's own decoding loop gives model.generate's token ids bit for bit
 and draws the same random numbers, on the embedded model (sampled and greedy, a GRPO group and a padded batch, the
-GRPO sampler and the peft policy), lets finished rows leave without changing a token, and hands everything it cannot
-repeat to generate."""
+GRPO sampler, the peft policy with its adapter active, merged or disabled, several samples per prompt), lets
+finished rows leave without changing a token, and hands everything it cannot repeat to generate."""
 
 import functools
 
@@ -72,20 +72,57 @@ def test_the_loop_gives_generates_ids_and_draws_the_same_random_numbers(loaded, 
         assert (got[:, -1] == tok.pad_token_id).any() and (got == tok.eos_token_id).any()
 
 
-def test_the_loop_decodes_the_peft_policy_with_its_adapter_merged_or_disabled(loaded):
+def test_the_loop_decodes_the_peft_policy_with_its_adapter_active_merged_or_disabled(loaded, monkeypatch):
+    """Active and unmerged (lesson 08's loop samples from its training policy so), merged into the weights, and
+    disabled: each decoded by the loop with generate's ids."""
+    import contextlib
+
     preset, policy, sampler_model, tok, layouts = loaded
+    steps = []
+    real_step = cpu_decode.LlamaLayers.step
+    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
     config = _config(tok, sample=True)
     texts = layouts["padded"]
-    with m.merged_lora(policy):
-        assert cpu_decode.unsupported(policy, config) is None
-        expected, _ = _generate(policy, tok, texts, config, policy.generate, seed=1)
-        got, _ = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
-    assert torch.equal(got, expected)
-    with policy.disable_adapter():
-        assert cpu_decode.unsupported(policy, config) is None
-        expected, _ = _generate(policy, tok, texts, config, policy.generate, seed=1)
-        got, _ = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
-    assert torch.equal(got, expected)
+    for name, state in (("active", contextlib.nullcontext), ("merged", lambda: m.merged_lora(policy)),
+                        ("disabled", policy.disable_adapter)):
+        with state():
+            assert cpu_decode.unsupported(policy, config) is None, name
+            expected, expected_draw = _generate(policy, tok, texts, config, policy.generate, seed=1)
+            steps.clear()
+            got, draw = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
+        assert steps and torch.equal(got, expected) and torch.equal(draw, expected_draw), name
+
+
+def test_a_lora_projection_is_peft_forward_bit_for_bit(loaded):
+    """Each projection of the policy as the loop computes it (base, plus x A B times the scaling of the active
+    adapter) equals the peft layer's own forward on the same input, to the last bit."""
+    preset, policy, sampler_model, tok, layouts = loaded
+    layer = policy.get_base_model().model.layers[0]
+    modules = {"q": layer.self_attn.q_proj, "o": layer.self_attn.o_proj, "down": layer.mlp.down_proj}
+    with torch.no_grad():
+        for name, module in modules.items():
+            x = torch.randn(8, module.in_features, generator=torch.Generator().manual_seed(1))
+            projection = cpu_decode._projection(module)
+            assert projection is not None and projection.loras, name  # the adapter is on this layer, unmerged
+            assert torch.equal(projection(x), module(x)), name
+
+
+def test_several_samples_per_prompt_are_generates_own(loaded):
+    """num_return_sequences (lesson 08's sample_group): the prompts repeated before the pre-fill, as generate
+    repeats them, so the same ids and the same next random draw."""
+    preset, policy, sampler_model, tok, layouts = loaded
+    batch = tok(layouts["padded"][:2], return_tensors="pt", padding=True, add_special_tokens=False)
+    out = {}
+    for name, generate in (("generate", policy.generate), ("loop", functools.partial(cpu_decode.generate, policy))):
+        torch.manual_seed(3)
+        with torch.no_grad():
+            ids = generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], do_sample=True,
+                           temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS, num_return_sequences=3,
+                           pad_token_id=tok.pad_token_id)
+        out[name] = ids, torch.rand(3)
+    assert out["loop"][0].shape[0] == 6 and torch.equal(out["loop"][0], out["generate"][0])
+    assert torch.equal(out["loop"][1], out["generate"][1])
+    assert not torch.equal(out["loop"][0][0], out["loop"][0][1])  # the copies of a prompt were sampled apart
 
 
 def test_finished_rows_leave_the_loop_with_the_same_greedy_ids(loaded, monkeypatch):
@@ -160,14 +197,20 @@ def test_the_loop_runs_on_a_tiny_llama_and_declines_what_it_cannot_repeat():
     _falls_back(model.to(torch.bfloat16), "fp32")
 
 
-def test_an_active_unmerged_lora_adapter_goes_to_generate():
-    """peft adds x A B to the base layer's output: the loop reads plain weights only, so it must not run there."""
+def test_a_lora_variant_goes_to_generate_and_greedy_copies_get_its_refusal():
+    """The loop repeats vanilla LoRA only: DoRA (another forward) goes to generate. Several greedy sequences per
+    prompt get generate's own refusal."""
     from peft import LoraConfig, get_peft_model
 
-    policy = get_peft_model(_tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).eval()
-    _falls_back(policy, "merged or disabled")
-    with m.merged_lora(policy):
-        assert cpu_decode.unsupported(policy, max_new_tokens=4) is None
+    lora = get_peft_model(_tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False)).eval()
+    assert cpu_decode.unsupported(lora, max_new_tokens=4) is None
+    ids = torch.randint(2, 64, (2, 5))
+    with pytest.raises(ValueError, match="Greedy methods"):
+        cpu_decode.generate(lora, ids, torch.ones_like(ids), max_new_tokens=4, do_sample=False, num_return_sequences=2)
+    dora = get_peft_model(_tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], use_dora=True)).eval()
+    _falls_back(dora, "DoRA or another variant")
+    with m.merged_lora(dora):
+        assert cpu_decode.unsupported(dora, max_new_tokens=4) is None
 
 
 def test_another_architecture_goes_to_generate():

@@ -133,3 +133,77 @@ def test_first_step_ratio_is_one_and_the_loss_is_minus_the_mean_advantage():
     logps = -torch.rand(2, 3)
     out = G.policy_loss(logps, logps, torch.tensor([1.0, -1.0]), torch.ones(2, 3), loss_type="grpo")
     assert torch.allclose(out["ratio"], torch.ones(2, 3)) and float(out["loss"]) == pytest.approx(0.0)
+
+
+# ------------------------------------------------------------------------------- completion_logps, lesson 08's loss
+
+
+def _group_batch(g=4, prompt_len=6, completion_len=5, eos=1):
+    """One prompt repeated g times and g completions, two of them ended early and padded after their end."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    prompt = {"input_ids": torch.randint(2, 64, (1, prompt_len), generator=gen),
+              "attention_mask": torch.ones(1, prompt_len, dtype=torch.long)}
+    ids = torch.randint(2, 64, (g, completion_len), generator=gen)
+    ids[0, 2], ids[0, 3:] = eos, 0
+    ids[2, 0], ids[2, 1:] = eos, 0
+    return G.group_batch(prompt, ids, eos)
+
+
+def _tiny_policy():
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    base = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=1))
+    return get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+
+
+@pytest.mark.usefixtures("speedups_all_on")
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-prompt", "shared_prompt_loss-off"])
+def test_completion_logps_are_the_full_forwards_and_so_are_their_gradients(shared):
+    """The group's prompt run once (shared_prompt_loss) or the logits of the completion's positions only: the
+    log-probabilities and their gradients equal those of the whole forward pass, sliced, on every masked-in token."""
+    import torch
+
+    from helpers import speedups
+
+    if not shared:
+        speedups.configure("shared_prompt_loss")
+    policy, batch = _tiny_policy(), _group_batch()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    mask = batch["completion_mask"].bool()
+
+    def full_forward():  # every position's logits, then the completion's
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        start = batch["prompt_ids"].size(1)
+        logits = policy(input_ids=ids, attention_mask=attention).logits[:, start - 1:-1] / 0.7
+        return torch.log_softmax(logits, dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+    results = {}
+    for name, fn in (("kit", lambda: G.completion_logps(policy, batch, temperature=0.7)), ("full", full_forward)):
+        logps = fn()
+        grads = torch.autograd.grad((logps * mask).sum(), params)
+        results[name] = logps, torch.cat([g.flatten() for g in grads])
+    (kit, kit_grad), (full, full_grad) = results["kit"], results["full"]
+    assert kit.shape == full.shape and torch.allclose(kit[mask], full[mask], atol=1e-5)
+    assert torch.allclose(kit_grad, full_grad, rtol=1e-4, atol=1e-6) and full_grad.abs().max() > 0
+    if shared:  # the padding after a completion's end: 0 (TRL's shared path), left out by the mask
+        assert torch.all(kit[~mask] == 0)
+
+
+def test_completion_logps_of_a_model_without_a_config_run_the_plain_forward():
+    """Lesson 08's stand-in models (exercises.nb08._tiny_lm) are no transformers models: the plain computation."""
+    import torch
+
+    from helpers.teaching.exercises import nb08
+
+    model, batch = nb08._tiny_lm(0, vocab=64), _group_batch()
+    logps = G.completion_logps(model, batch)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    expected = torch.log_softmax(model(ids).logits[:, 5:-1], -1).gather(-1, batch["completion_ids"][..., None])[..., 0]
+    assert torch.equal(logps, expected)

@@ -288,14 +288,36 @@ def policy_loss(per_token_logps, old_per_token_logps, advantages, mask, loss_typ
 
 
 def completion_logps(model, batch, temperature: float = 1.0):
-    """log p(token | everything before it) for every completion token, as TRL computes it (logits / temperature)."""
+    """log p(token | everything before it) for every completion token, as TRL computes it (logits / temperature).
+
+    The logits of the last completion-length + 1 positions only (TRL's logits_to_keep): the prompt's positions
+    predict nothing that is scored, and the output projection over the whole vocabulary is the costly part.
+
+    A group (one prompt repeated, as sample(step) returns it) of a transformers model runs its prompt once, its
+    keys/values shared by the completions: helpers.cpu_compat.shared_prompt_logps, the kit's GRPO runs' loss on the
+    CPU (speed-up shared_prompt_loss). The same log-probabilities within float rounding (tests/test_grpo_math.py);
+    0 on the padding after a completion's end, which the mask leaves out anyway."""
     import torch
+
+    from helpers import speedups
+    from helpers.cpu_compat import shared_prompt_logps
 
     input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-    start = batch["prompt_ids"].size(1)
-    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, start - 1 : -1] / temperature
+    keep = batch["completion_ids"].size(1)
+    if speedups.enabled("shared_prompt_loss") and _is_transformers_model(model):
+        shared = shared_prompt_logps(model, input_ids, attention, keep, temperature)
+        if shared is not None:
+            return shared[0]
+    logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep + 1).logits
+    logits = logits[:, -(keep + 1) : -1] / temperature  # a model without logits_to_keep returned every position
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+
+
+def _is_transformers_model(model) -> bool:
+    from transformers import PreTrainedModel
+
+    return isinstance(model.get_base_model() if hasattr(model, "get_base_model") else model, PreTrainedModel)
 
 
 # ------------------------------------------------------------------------------ TRL's own loss, for lesson 08's check
@@ -390,14 +412,18 @@ def plot_curves(yours, trl, path=None, title: str = "Mean reward per step (the f
 
 def sample_group(model, tokenizer, prompt, seed: int, n: int, max_new_tokens: int, temperature: float = 1.0):
     """n completions of one tokenized prompt (plain sampling, TRL's defaults top_k=0, top_p=1.0): the token ids after
-    the prompt, padded after their end."""
+    the prompt, padded after their end. model.generate's tokens, decoded on a CPU by helpers.cpu_decode's loop (the
+    same ids, bit for bit, in less time)."""
     import torch
+
+    from helpers import cpu_decode
 
     torch.manual_seed(seed)
     model.eval()
     with torch.no_grad():
-        out = model.generate(**prompt, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                             max_new_tokens=max_new_tokens, num_return_sequences=n, pad_token_id=tokenizer.pad_token_id)
+        out = cpu_decode.generate(model, prompt["input_ids"], prompt["attention_mask"], do_sample=True,
+                                  temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
+                                  num_return_sequences=n, pad_token_id=tokenizer.pad_token_id)
     return out[:, prompt["input_ids"].shape[1]:]
 
 
