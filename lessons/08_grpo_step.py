@@ -272,10 +272,9 @@ print(f"loss after the step ({whose}): {ours:+.6f}; TRL's _compute_loss: "
 # `GRPOTrainer` (the kit's `python -m helpers.train`, one optimizer step per group, a constant learning rate) to
 # store TRL's reward curve in `results/lesson08-trl-curve.json`. Its steps are enough for the rise to show on every
 # seed tried: the kit's own loop went from 0.09-0.25 (mean of the first three steps) to 0.47-0.49 (the last three) on
-# seeds 0, 1 and 2, in about 185 s per seed on an otherwise idle 2-core machine (seeds 1 and 2; seed 0 ran beside
-# other work; measured 2026-11-27 with `scripts/lesson08_trl_curve.py --no-trl --seeds 0,1,2`, stored in the same
-# file, `loop_seeds`). The model is loaded again, so the loop starts from
-# the base model with a fresh adapter, as TRL's run did. `sample(step)` is sections 1 and 4 as one function (a group
+# seeds 0, 1 and 2, in 118-128 s per seed on an otherwise idle 2-core machine (measured 2026-11-27 with
+# `scripts/lesson08_trl_curve.py --no-trl --seeds 0,1,2`, stored in the same file, `loop_seeds`). The model is loaded
+# again, so the loop starts from the base model with a fresh adapter, as TRL's run did. `sample(step)` is sections 1 and 4 as one function (a group
 # of question `step`, as a batch with its mask), `score(batch)` is section 2 with the format reward.
 
 # %%
