@@ -207,3 +207,26 @@ def test_completion_logps_of_a_model_without_a_config_run_the_plain_forward():
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     expected = torch.log_softmax(model(ids).logits[:, 5:-1], -1).gather(-1, batch["completion_ids"][..., None])[..., 0]
     assert torch.equal(logps, expected)
+
+
+@pytest.mark.usefixtures("speedups_all_on")
+def test_sample_group_gives_model_generates_completions_through_the_decoding_loop(monkeypatch):
+    """Lesson 08's section 1 samples with model.generate; its loop's sample(step) with grpo_math.sample_group, which
+    decodes on the CPU with helpers.cpu_decode: the same ids for the same seed, from the policy and its adapter."""
+    import types
+
+    import torch
+
+    from helpers import cpu_decode
+
+    steps, real_step = [], cpu_decode.LlamaLayers.step
+    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
+    policy, batch = _tiny_policy(), _group_batch()
+    prompt = {"input_ids": batch["prompt_ids"][:1], "attention_mask": batch["prompt_mask"][:1]}
+    ids = G.sample_group(policy, types.SimpleNamespace(pad_token_id=0), prompt, seed=3, n=4, max_new_tokens=6)
+    assert steps, "the decoding loop did not run"
+    torch.manual_seed(3)
+    with torch.no_grad():
+        expected = policy.generate(**prompt, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6,
+                                   num_return_sequences=4, pad_token_id=0)[:, prompt["input_ids"].shape[1]:]
+    assert ids.shape == (4, 6) and torch.equal(ids, expected)
