@@ -95,11 +95,14 @@ def shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temper
     GRPOTrainer._get_per_token_logps_and_entropies returns them, with each group's prompt run once.
 
     The prompt's keys/values keep their gradient and are copied to the group's completions, so backward sums the
-    group's gradients through one prompt pass. Returns None when the batch is not prompt groups (use TRL's)."""
-    from transformers import DynamicCache
+    group's gradients through one prompt pass. Returns None when the batch is not prompt groups or the model is no
+    transformers model (lesson 08's stand-ins): the caller's plain forward then."""
+    from transformers import DynamicCache, PreTrainedModel
     from trl.trainer import utils as trl_utils
 
     base = _base_model(model)
+    if not isinstance(base, PreTrainedModel):
+        return None
     text_config = base.config.get_text_config()
     if any(getattr(text_config, name, None) not in (None, 1.0) for name in
            ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")):

@@ -208,8 +208,7 @@ def generate(model, input_ids, attention_mask=None, generation_config=None, stre
     copies = config.num_return_sequences or 1
     if copies > 1:  # generate's _expand_inputs_for_generation: each prompt repeated in place, before the pre-fill
         input_ids, attention_mask = (t.repeat_interleave(copies, dim=0) for t in (input_ids, attention_mask))
-        config = copy.deepcopy(config)
-        config.num_return_sequences = 1
+        config.num_return_sequences = 1  # config is _prepare_generation_config's own copy
     first_config = copy.deepcopy(config)
     first_config.max_new_tokens, first_config.return_dict_in_generate = 1, True
     first_config.max_length = None  # max_new_tokens decides (a max_length too would be warned about)

@@ -305,19 +305,13 @@ def completion_logps(model, batch, temperature: float = 1.0):
     input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     keep = batch["completion_ids"].size(1)
-    if speedups.enabled("shared_prompt_loss") and _is_transformers_model(model):
+    if speedups.enabled("shared_prompt_loss"):
         shared = shared_prompt_logps(model, input_ids, attention, keep, temperature)
         if shared is not None:
             return shared[0]
     logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=keep + 1).logits
     logits = logits[:, -(keep + 1) : -1] / temperature  # a model without logits_to_keep returned every position
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
-
-
-def _is_transformers_model(model) -> bool:
-    from transformers import PreTrainedModel
-
-    return isinstance(model.get_base_model() if hasattr(model, "get_base_model") else model, PreTrainedModel)
 
 
 # ------------------------------------------------------------------------------ TRL's own loss, for lesson 08's check
