@@ -17,6 +17,18 @@ def _speedups_back_on():
 
 
 @pytest.fixture
+def decode_loop_rows(monkeypatch):
+    """The rows helpers.cpu_decode's loop decoded at each of its steps, recorded as the test runs (empty: the loop
+    did not run; shrinking: finished rows left)."""
+    from helpers import cpu_decode
+
+    rows, real_step = [], cpu_decode.LlamaLayers.step
+    monkeypatch.setattr(cpu_decode.LlamaLayers, "step",
+                        lambda self, tokens, *a: rows.append(len(tokens)) or real_step(self, tokens, *a))
+    return rows
+
+
+@pytest.fixture
 def speedups_all_on(monkeypatch):
     """Every speed-up on for this test, whatever $GRPO_KIT_SPEEDUPS_OFF says (test_speedups, test_cpu_generation
     compare each one on and off); the autouse fixture above turns them back on after."""

@@ -122,16 +122,12 @@ def test_levers_refuse_an_unknown_name_with_the_known_ones():
 
 
 @pytest.mark.slow
-def test_bandwidth_and_a_tiny_real_sampling_call_give_sane_numbers(monkeypatch, speedups_all_on):
-    from helpers import cpu_decode
-
+def test_bandwidth_and_a_tiny_real_sampling_call_give_sane_numbers(decode_loop_rows, speedups_all_on):
     assert bench.read_bandwidth_gbs(megabytes=64, repeats=2) > 0.1  # any machine reads more than 100 MB/s
-    steps, real_step = [], cpu_decode.LlamaLayers.step
-    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
     rate, weights = bench.time_sampling("fp32", batch=2, new_tokens=3, repeats=1)
     assert 530e6 < weights < 545e6  # SmolLM2-135M in fp32, the tied embedding counted once: the 538 MB
     assert rate > 0
-    assert steps, "fp32 sampling is timed the way GRPO samples: through the kit's decoding loop"
+    assert decode_loop_rows, "fp32 sampling is timed the way GRPO samples: through the kit's decoding loop"
 
 
 def test_the_matmul_ceiling_times_every_distinct_weight_once():

@@ -56,31 +56,25 @@ def _generate(model, tok, texts, config, generate, seed=0):
 
 @pytest.mark.parametrize("layout", ["grpo-group", "padded"])
 @pytest.mark.parametrize("sample", [True, False], ids=["sampled", "greedy"])
-def test_the_loop_gives_generates_ids_and_draws_the_same_random_numbers(loaded, layout, sample, monkeypatch):
+def test_the_loop_gives_generates_ids_and_draws_the_same_random_numbers(loaded, layout, sample, decode_loop_rows):
     preset, policy, sampler_model, tok, layouts = loaded
-    steps = []
-    real_step = cpu_decode.LlamaLayers.step
-    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
     config = _config(tok, sample)
     expected, expected_draw = _generate(sampler_model, tok, layouts[layout], config, sampler_model.generate)
     got, draw = _generate(sampler_model, tok, layouts[layout], config,
                           functools.partial(cpu_decode.generate, sampler_model))
-    assert steps, "the loop did not run: " + str(cpu_decode.unsupported(sampler_model, config))
+    assert decode_loop_rows, "the loop did not run: " + str(cpu_decode.unsupported(sampler_model, config))
     assert got.shape == expected.shape and torch.equal(got, expected)
     assert torch.equal(draw, expected_draw)  # the next GRPO step samples from the same place in the stream
     if layout == "padded":  # a row ended early: the loop padded it after its end of text, as generate does
         assert (got[:, -1] == tok.pad_token_id).any() and (got == tok.eos_token_id).any()
 
 
-def test_the_loop_decodes_the_peft_policy_with_its_adapter_active_merged_or_disabled(loaded, monkeypatch):
+def test_the_loop_decodes_the_peft_policy_with_its_adapter_active_merged_or_disabled(loaded, decode_loop_rows):
     """Active and unmerged (lesson 08's loop samples from its training policy so), merged into the weights, and
     disabled: each decoded by the loop with generate's ids."""
     import contextlib
 
     preset, policy, sampler_model, tok, layouts = loaded
-    steps = []
-    real_step = cpu_decode.LlamaLayers.step
-    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
     config = _config(tok, sample=True)
     texts = layouts["padded"]
     for name, state in (("active", contextlib.nullcontext), ("merged", lambda: m.merged_lora(policy)),
@@ -88,9 +82,9 @@ def test_the_loop_decodes_the_peft_policy_with_its_adapter_active_merged_or_disa
         with state():
             assert cpu_decode.unsupported(policy, config) is None, name
             expected, expected_draw = _generate(policy, tok, texts, config, policy.generate, seed=1)
-            steps.clear()
+            decode_loop_rows.clear()
             got, draw = _generate(policy, tok, texts, config, functools.partial(cpu_decode.generate, policy), seed=1)
-        assert steps and torch.equal(got, expected) and torch.equal(draw, expected_draw), name
+        assert decode_loop_rows and torch.equal(got, expected) and torch.equal(draw, expected_draw), name
 
 
 def test_a_lora_projection_is_peft_forward_bit_for_bit(loaded):
@@ -125,13 +119,10 @@ def test_several_samples_per_prompt_are_generates_own(loaded):
     assert not torch.equal(out["loop"][0][0], out["loop"][0][1])  # the copies of a prompt were sampled apart
 
 
-def test_finished_rows_leave_the_loop_with_the_same_greedy_ids(loaded, monkeypatch):
+def test_finished_rows_leave_the_loop_with_the_same_greedy_ids(loaded, decode_loop_rows):
     preset, policy, sampler_model, tok, layouts = loaded
     texts = layouts["padded"]  # "Hi" ends after a few tokens, the questions go on
-    widths = []
-    real_step = cpu_decode.LlamaLayers.step
-    monkeypatch.setattr(cpu_decode.LlamaLayers, "step",
-                        lambda self, tokens, *a: widths.append(len(tokens)) or real_step(self, tokens, *a))
+    widths = decode_loop_rows
     config = _config(tok, sample=False, max_new_tokens=20)
     expected, _ = _generate(sampler_model, tok, texts, config, sampler_model.generate)
     got, _ = _generate(sampler_model, tok, texts, config,

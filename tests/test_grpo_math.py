@@ -210,21 +210,17 @@ def test_completion_logps_of_a_model_without_a_config_run_the_plain_forward():
 
 
 @pytest.mark.usefixtures("speedups_all_on")
-def test_sample_group_gives_model_generates_completions_through_the_decoding_loop(monkeypatch):
+def test_sample_group_gives_model_generates_completions_through_the_decoding_loop(decode_loop_rows):
     """Lesson 08's section 1 samples with model.generate; its loop's sample(step) with grpo_math.sample_group, which
     decodes on the CPU with helpers.cpu_decode: the same ids for the same seed, from the policy and its adapter."""
     import types
 
     import torch
 
-    from helpers import cpu_decode
-
-    steps, real_step = [], cpu_decode.LlamaLayers.step
-    monkeypatch.setattr(cpu_decode.LlamaLayers, "step", lambda self, *a: steps.append(1) or real_step(self, *a))
     policy, batch = _tiny_policy(), _group_batch()
     prompt = {"input_ids": batch["prompt_ids"][:1], "attention_mask": batch["prompt_mask"][:1]}
     ids = G.sample_group(policy, types.SimpleNamespace(pad_token_id=0), prompt, seed=3, n=4, max_new_tokens=6)
-    assert steps, "the decoding loop did not run"
+    assert decode_loop_rows, "the decoding loop did not run"
     torch.manual_seed(3)
     with torch.no_grad():
         expected = policy.generate(**prompt, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6,
