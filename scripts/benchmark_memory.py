@@ -322,7 +322,7 @@ def predicted(settings: MemorySettings, gpu_gib: float) -> dict:
             "cuda_context_gib": CUDA_CONTEXT_GB}
 
 
-def run_kit(args, record: dict) -> None:
+def run_kit(args, record: dict, progress: Progress | None = None) -> None:
     """Run the kit's own steps on a preset and measure them, filling record (the docstring's) as it goes: main writes
     it whatever happens, so a failure's record holds everything learned before it."""
     preset, overrides = benchmark_preset(args)
@@ -347,8 +347,9 @@ def run_kit(args, record: dict) -> None:
     record["predicted"] = predicted(replace(settings_from_preset(preset), standby=args.standby), gpu_gib)
     meter = PhaseMeter()
     record["device_memory_reader"] = meter.reader
+    record["measured"] = meter.phases  # the phases measured so far, in a snapshot
     try:
-        measure_run(args, preset, emulated, card_gib, meter, record)
+        measure_run(args, preset, emulated, card_gib, meter, record, progress)
     finally:
         meter.close()
         record["measured"] = meter.phases
@@ -513,6 +514,32 @@ def finish_record(record: dict, tail: OutputTail) -> None:
     record["log_lines"] = tail.lines()
 
 
+class Progress:
+    """The record so far, rewritten at each stage and step into F.partial beside --json F, and removed once the final
+    record is written. A run killed outright (SIGKILL: the 2026-11-27 lease's eager run got its time limit's SIGINT
+    inside a step, did not answer within 15 s and was killed, writing nothing) still leaves what it had learned."""
+
+    def __init__(self, json_path: Path | None):
+        self.path = None if json_path is None else json_path.with_name(json_path.name + ".partial")
+
+    def stage(self, record: dict, stage: str) -> None:
+        record["stage"] = stage
+        self.save(record)
+
+    def save(self, record: dict) -> None:
+        if self.path is None:
+            return
+        snapshot = dict(record, status=f"unfinished in {record['stage']} (the process ended without its final "
+                                       "record: killed?)")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(snapshot, indent=2, default=str))
+        tmp.replace(self.path)
+
+    def done(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
 def write_record(record: dict, path: Path | None) -> None:
     """Print the record (without its log lines, which were just printed) and append it to the JSON list at path,
     replacing the file in one step (a kill while writing leaves the old list, not half a file)."""
@@ -551,7 +578,8 @@ def benchmark_run_preset(preset, args):
     return preset
 
 
-def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, meter, record: dict) -> None:
+def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, meter, record: dict,
+                progress: Progress | None = None) -> None:
     """The kit's own steps (helpers.run.pipeline: start, load_model, build_trainer, train), each phase's time and
     memory into record, and record["stage"] the step under way (a failure's record names it). What differs from
     `python -m helpers.train`: the prompts (padded to the worst case, see benchmark_data), the machine the steps are
@@ -562,20 +590,22 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     workdir = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     run_preset = benchmark_run_preset(preset, args)
     options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
-    record["stage"] = "start"
+    progress = progress or Progress(None)
+    progress.stage(record, "start")
     state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
     device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
-    model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device)
-    record["stage"] = "prompts"
+    model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device, progress)
+    progress.stage(record, "prompts")
     rows, heldout = benchmark_data(preset, args, tokenizer, record)
     if args.evaluate:
-        record["stage"] = "evaluate before"
+        progress.stage(record, "evaluate before")
         record["before"], record["eval_seconds_before"] = timed_evaluation(model, tokenizer, heldout, preset)
-    record["stage"] = "build_trainer"
+    progress.stage(record, "build_trainer")
     with fp32_on_device(pipeline, device):
         trainer = pipeline.build_trainer(state, rows)
-    generation = attach_phase_meter(trainer, meter)
-    record["stage"] = "train"
+    generation = attach_phase_meter(trainer, meter, after_step=lambda: progress.save(record))
+    record["step_seconds"] = generation["step_seconds"]  # the steps so far, in a snapshot
+    progress.stage(record, "train")
     t0 = time.time()
     pipeline.train(state, trainer)
     record["train_seconds"] = round(time.time() - t0, 1)
@@ -585,16 +615,17 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     record["reward_mean_last"] = _last_log(trainer, "reward")
     record["step_timing"] = summarize_step_times(read_metrics(state.run_dir / "metrics.jsonl"))
     if args.evaluate:
-        record["stage"] = "evaluate after"
+        progress.stage(record, "evaluate after")
         record["after"], record["eval_seconds_after"] = timed_evaluation(model, tokenizer, heldout, preset)
 
 
-def measured_load(pipeline, state, preset, emulated, card_gib: float, meter, record: dict, device: str | None):
+def measured_load(pipeline, state, preset, emulated, card_gib: float, meter, record: dict, device: str | None,
+                  progress: Progress | None = None):
     """pipeline.load_model (then, with device, the model moved there: --device) under the emulated card, with vLLM's log watched and the meter's thread making no CUDA call
     while the engine starts. Into record, also when loading fails: what reached vLLM (emulation) and the engine's
     accounting lines logged so far."""
     passed: dict = {}
-    record["stage"] = "load_model"
+    (progress or Progress(None)).stage(record, "load_model")
     meter.start()
     t0 = time.time()
     loaded = None
@@ -677,7 +708,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def attach_phase_meter(trainer, meter) -> dict:
+def attach_phase_meter(trainer, meter, after_step=None) -> dict:
     """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
     optimizer step): memory per phase into meter, and the times and completion tokens into the dict returned
     (step_seconds, and per generate-and-score call seconds and tokens). Which TRL method is a step's generation
@@ -708,6 +739,8 @@ def attach_phase_meter(trainer, meter) -> dict:
         def on_step_end(self, args, state, control, **kw):
             meter.stop("training")
             out["step_seconds"].append(time.time() - self.t)
+            if after_step is not None:
+                after_step()
 
     trainer.add_callback(StepClock())
     return out
@@ -755,8 +788,15 @@ def comparison_rows(record: dict) -> list[dict]:
         rows.append({"what": what, "predicted_gib": round(predicted_gib, 3), "measured_gib": measured_gib,
                      "error": round((predicted_gib - measured_gib) / measured_gib, 3) if measured_gib else None})
 
-    if "load" in meas:
+    if "load" in meas and record.get("fast_inference"):  # vLLM's engine starts inside the load
+        add("load: weights + LoRA + vLLM engine",
+            est.weights + est.lora_params + est.phases["generation"]["vllm_reservation"],
+            meas["load"]["allocated_peak_gib"])
+    elif "load" in meas:
         add("load: weights + LoRA", est.weights + est.lora_params, meas["load"]["allocated_peak_gib"])
+    engine_log = (record.get("vllm_engine") or {}).get("log") or {}
+    if engine_log.get("kv_cache_gib"):
+        add("vLLM KV cache", est.kv_cache, engine_log["kv_cache_gib"])
     for phase in ("generation", "training"):
         if phase in meas:
             parts = est.phases[phase]
@@ -793,7 +833,8 @@ def median_step_seconds(record: dict) -> float | None:
 
 def format_table(records: list[dict]) -> str:
     """One row per run; each memory cell is `predicted / measured (error)` in GiB (see comparison_rows)."""
-    cols = ("load: weights + LoRA", "generation (allocated)", "training (allocated)", "peak (reserved)")
+    cols = ("load: weights + LoRA (+ vLLM engine)", "vLLM KV cache", "generation (allocated)", "training (allocated)",
+            "peak (reserved)")
     lines = ["| run (GPU, preset, settings) | " + " | ".join(cols) + " | CUDA context etc. | s/step | date |",
              "|---" * (len(cols) + 4) + "|"]
     for r in records:
@@ -801,6 +842,7 @@ def format_table(records: list[dict]) -> str:
             lines.append(f"| {describe(r)} | {r.get('status')} |" + " - |" * (len(cols) + 2))
             continue
         cells = {row["what"]: row for row in comparison_rows(r)}
+        cells[cols[0]] = next((row for what, row in cells.items() if what.startswith("load")), None)
 
         def cell(name):
             row = cells.get(name)
@@ -884,9 +926,10 @@ def main(argv=None) -> int:
         return 0
     record = new_record(args)
     tail = OutputTail()
+    progress = Progress(args.json)
     with tail.capturing(), StopOnSignals() as signals:
         try:
-            run_kit(args, record)
+            run_kit(args, record, progress)
             record["status"] = "ok"
         except BaseException as err:  # noqa: BLE001 - every outcome gets its record; the traceback goes to the log too
             signals.closing = True
@@ -899,6 +942,7 @@ def main(argv=None) -> int:
             signals.closing = True
             finish_record(record, tail)
             write_record(record, args.json)
+            progress.done()
     gc.collect()
     return 0 if record["status"] == "ok" else 1
 

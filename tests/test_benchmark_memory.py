@@ -401,6 +401,52 @@ def test_a_time_limits_signal_still_writes_the_record(tmp_path, signum):
     assert record["vllm_engine"]["log"] == {"weights_gib": 1.12}
 
 
+KILLED = """
+import sys, time
+sys.path[:0] = [{root!r}, {tests!r}]
+import test_benchmark_memory as t
+from scripts import benchmark_memory as bm
+
+def train(state, trainer):
+    print("ready", flush=True)
+    time.sleep(120)
+
+t.gpu_stand_ins(t.pytest.MonkeyPatch(), train=train)
+sys.exit(bm.main(["kit", "--preset", "t4", "--emulate-gpu", "t4", "--steps", "1", "--json", {json!r}]))
+"""
+
+
+def test_a_run_killed_outright_leaves_its_record_so_far_and_a_finished_one_leaves_none(tmp_path):
+    """SIGKILL (what `timeout -k` sends when the time limit's SIGINT is not answered in time) runs no handler: the
+    record rewritten at each stage into F.partial is what is left, with the stage and the load phase measured."""
+    out = tmp_path / "f.json"
+    script = KILLED.format(root=str(ROOT), tests=str(ROOT / "tests"), json=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while (line := proc.stdout.readline()) and line.strip() != "ready":
+            assert time.time() < deadline, "the stand-in run never reached train"
+        assert line.strip() == "ready", proc.stderr.read()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert not out.exists(), "no final record: the process was killed"
+    partial = json.loads((tmp_path / "f.json.partial").read_text())
+    assert partial["stage"] == "train" and partial["status"].startswith("unfinished in train")
+    assert partial["measured"]["load"]["reserved_peak_gib"] == 1.5, "what was measured before the kill is kept"
+    assert partial["gpu"].startswith("NVIDIA H100") and partial["emulation"]["gpu"] == "Tesla T4"
+
+
+def test_a_finished_run_removes_its_partial_record(monkeypatch, tmp_path):
+    gpu_stand_ins(monkeypatch, None, _oom_in_training)
+    out = tmp_path / "f.json"
+    bm.main(["kit", "--preset", "t4", "--emulate-gpu", "t4", "--steps", "1", "--json", str(out)])
+    assert json.loads(out.read_text())[0]["stage"] == "train"
+    assert not (tmp_path / "f.json.partial").exists()
+
+
 def test_the_output_tail_keeps_the_first_and_last_lines_and_counts_unsloths_retries():
     tail = bm.OutputTail(head=2, tail=3, width=20)
     with tail.capturing():

@@ -65,14 +65,25 @@ def test_activations_by_hand_with_and_without_checkpointing():
     assert estimate(replace(s, gradient_checkpointing=True), budget_gb=None).activations == pytest.approx(gc / GIB)
 
 
-def test_vllm_reservation_is_utilization_times_card_and_holds_the_weights():
+def test_vllm_reservation_is_utilization_times_free_memory_and_holds_the_weights():
     e = estimate(MemorySettings(gpu_memory_utilization=0.3), gpu="t4", budget_gb=None)
-    assert e.vllm_reservation == pytest.approx(0.3 * 14.56)
+    reservation = 0.3 * (14.56 - mm.CUDA_CONTEXT_GB)  # Unsloth scales the utilization by the memory free at load
+    assert e.vllm_reservation == pytest.approx(reservation)
     assert e.weights_inside_vllm
-    assert e.kv_cache == pytest.approx(0.3 * 14.56 - e.weights - mm.VLLM_WORKSPACE_GB)
-    # the additive parts of the peak: weights + the reservation's remainder = the whole reservation
-    assert e.components["weights"] + e.components["vllm_reservation"] == pytest.approx(e.vllm_reservation)
+    assert e.kv_cache == pytest.approx(reservation - e.weights - mm.VLLM_WORKSPACE_GB)
+    # the additive parts of the peak: weights + KV cache + CUDA graphs, the workspace counted as allocator memory
+    assert e.components["weights"] + e.components["vllm_reservation"] == pytest.approx(
+        reservation - mm.VLLM_WORKSPACE_GB + mm.VLLM_CUDA_GRAPHS_GB)
     assert sum(e.components.values()) == pytest.approx(e.peak_gb)
+    # a standalone vLLM (no Unsloth) reserves the utilization of the whole card
+    alone = estimate(MemorySettings(gpu_memory_utilization=0.3, vllm_shares_weights=False), gpu="t4", budget_gb=None)
+    assert alone.vllm_reservation == pytest.approx(0.3 * 14.56)
+
+
+def test_eager_vllm_captures_no_cuda_graphs():
+    graphs = estimate(get_preset("t4"), budget_gb=None)
+    eager = estimate(get_preset("t4").with_overrides(vllm_enforce_eager=True), budget_gb=None)
+    assert graphs.peak_gb - eager.peak_gb == pytest.approx(mm.VLLM_CUDA_GRAPHS_GB)
 
 
 def test_reference_model_only_for_full_finetuning():
@@ -302,7 +313,7 @@ CHANGED_PRESET_FIELDS = dict(model_name="qwen3-4b", backend="cpu", load_in_4bit=
                              gpu_memory_utilization=0.5, lora_rank=32, lora_target_modules=("q_proj", "v_proj"),
                              num_generations=8, per_device_train_batch_size=12, gradient_accumulation_steps=2,
                              max_prompt_length=512, max_completion_length=512, beta=0.04, optim="adamw_torch",
-                             gradient_checkpointing=False)
+                             gradient_checkpointing=False, vllm_enforce_eager=True)
 
 
 def test_every_preset_field_the_cli_offers_reaches_the_settings():

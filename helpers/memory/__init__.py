@@ -21,6 +21,7 @@ from helpers.memory.estimate import (
     COMPONENTS,
     CUDA_CONTEXT_GB,
     T4_BUDGET_GB,
+    VLLM_CUDA_GRAPHS_GB,
     VLLM_WORKSPACE_GB,
     MemoryEstimate,
     MemorySettings,
@@ -31,7 +32,7 @@ from helpers.memory.estimate import (
 from helpers.memory.plot import plot_breakdown
 
 __all__ = [
-    "ALLOCATOR_SLACK", "COMPONENTS", "CUDA_CONTEXT_GB", "GPUS", "MODELS", "T4_BUDGET_GB", "VLLM_WORKSPACE_GB",
+    "ALLOCATOR_SLACK", "COMPONENTS", "CUDA_CONTEXT_GB", "GPUS", "MODELS", "T4_BUDGET_GB", "VLLM_CUDA_GRAPHS_GB", "VLLM_WORKSPACE_GB",
     "MemoryEstimate", "MemoryModelError", "MemorySettings", "ModelArch", "as_settings", "estimate", "gpu_total_gb",
     "model_key", "plot_breakdown", "resolve_model", "settings_from_preset",
 ]

@@ -32,9 +32,13 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 CUDA_CONTEXT_GB = 0.4
 # ASSUMPTION: PyTorch's caching allocator reserves ~10% more than the short-lived tensors need (fragmentation).
 ALLOCATOR_SLACK = 0.10
-# ASSUMPTION: inside its reservation vLLM needs ~0.5 GB beside weights and KV cache (profiled activations,
-# sampler, CUDA graphs, LoRA slots); the rest of the reservation becomes KV cache.
-VLLM_WORKSPACE_GB = 0.5
+# MEASURED (results/gpu/2026-11-27-h100-as-t4-vllm.json: t4 preset, vLLM 0.25.1 under the Colab pin's rules): of its
+# 4.16 GiB reservation vLLM kept 0.31 GiB beside the weights (1.11) and the KV cache (2.74): the profiling run's
+# activations, sampler, LoRA slots. The rest of the reservation becomes KV cache.
+VLLM_WORKSPACE_GB = 0.3
+# MEASURED (same record): capturing the CUDA graphs (FULL_AND_PIECEWISE, with LoRA) took 0.17 GiB, outside
+# gpu_memory_utilization under vLLM 0.19.1's rules (the Colab pin; 0.21+ counts them inside). None when eager.
+VLLM_CUDA_GRAPHS_GB = 0.17
 # ASSUMPTION (fitted): with UNSLOTH_VLLM_STANDBY=1 Unsloth replaces the requested gpu_memory_utilization with
 # its own target. Unsloth's T4 CI peaks (Qwen3-4B at a requested 0.5: 13.4-13.8 GB; Qwen3-0.6B at 0.95:
 # 11.3-11.8 GB) are both matched within ~10% by a reservation of ~0.76 x card. Two points, one GPU: a fit.
@@ -89,6 +93,7 @@ class MemorySettings:
     standby: bool = False
     standby_utilization: float | None = None  # the fraction standby really reserves, if known
     vllm_shares_weights: bool = True  # Unsloth fast_inference: one copy of the weights for vLLM and training
+    vllm_cuda_graphs: bool = True  # vLLM captures CUDA graphs (off with vllm_enforce_eager)
     chunked_logits: bool = True  # Unsloth's memory-efficient GRPO loss
     offload_checkpoints: bool = False  # Unsloth's checkpointing ("unsloth") keeps each layer's input on the CPU
     compute_dtype_bytes: int = 2  # fp16/bf16 activations (autocast too); 4 for the CPU demo's fp32
@@ -131,7 +136,7 @@ class MemorySettings:
 PRESET_FIELDS_READ = ("model_name", "backend", "load_in_4bit", "fast_inference", "gpu_memory_utilization", "lora_rank",
                       "lora_target_modules", "num_generations", "per_device_train_batch_size",
                       "gradient_accumulation_steps", "max_prompt_length", "max_completion_length", "beta", "optim",
-                      "gradient_checkpointing")
+                      "gradient_checkpointing", "vllm_enforce_eager")
 
 
 def preset_load_dtype(preset) -> str:
@@ -167,6 +172,7 @@ def settings_from_preset(preset) -> MemorySettings:
         engine="vllm" if preset.fast_inference else "hf",
         gpu_memory_utilization=preset.gpu_memory_utilization,
         standby=False,
+        vllm_cuda_graphs=not preset.vllm_enforce_eager,
         chunked_logits=preset.backend.uses_unsloth,
         offload_checkpoints=preset.backend.uses_unsloth and preset.gradient_checkpointing,
         compute_dtype_bytes=4 if cpu else 2,
@@ -297,14 +303,16 @@ class ModelStates:
 
 @dataclass(frozen=True)
 class EngineMemory:
-    """The generation engine (GB): vLLM's reservation (weights inside it when shared, and its KV cache), or
-    transformers generate's KV cache and prefill workspace (reservation 0)."""
+    """The generation engine (GB): vLLM's reservation (weights inside it when shared, and its KV cache) and its CUDA
+    graphs beside it, or transformers generate's KV cache and prefill workspace (reservation 0)."""
 
     reservation: float
     kv_cache: float
     weights_inside: bool
     starts: bool
     notes: tuple[str, ...] = ()
+    cuda_graphs: float = 0.0
+    workspace: float = 0.0  # inside the reservation, cached by PyTorch's allocator but free after vLLM's profiling
 
 
 def full_finetuning_note(s: MemorySettings) -> str:
@@ -351,8 +359,9 @@ def model_states(arch: ModelArch, s: MemorySettings) -> ModelStates:
 
 
 def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMemory:
-    """reservation = utilization x card (standby: its own fraction); KV cache = reservation - weights -
-    VLLM_WORKSPACE_GB; vLLM does not start without KV cache for one full sequence."""
+    """reservation = utilization x card (standby: its own fraction), and through Unsloth utilization x the memory
+    free at load; KV cache = reservation - weights - VLLM_WORKSPACE_GB; CUDA graphs beside the reservation; vLLM does
+    not start without KV cache for one full sequence."""
     notes = []
     util = s.gpu_memory_utilization
     if s.standby:
@@ -365,6 +374,10 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMe
                "0.76 is a fit to two Unsloth T4 CI peaks, not a documented constant (docs/memory.md).")
         )
     reservation = util * total_gb
+    if s.vllm_shares_weights and not s.standby:
+        # unsloth_zoo's approximate_vllm_memory_usage multiplies the utilization by the memory free at load (the
+        # CUDA context is in use): "actual GPU utilization = 28.54%" for 0.3 in the H100-as-T4 record.
+        reservation = util * (total_gb - CUDA_CONTEXT_GB)
     weights = weight_bytes(arch, s.load_dtype) / GIB  # shared or its own copy: the same bytes inside the reservation
     kv = reservation - weights - VLLM_WORKSPACE_GB
     need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB
@@ -375,7 +388,9 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMe
             "memory for the cache blocks'. Fix: raise gpu_memory_utilization"
         )
     return EngineMemory(reservation=reservation, kv_cache=max(kv, 0.0), weights_inside=s.vllm_shares_weights,
-                        starts=kv >= need, notes=tuple(notes))
+                        starts=kv >= need, notes=tuple(notes),
+                        cuda_graphs=VLLM_CUDA_GRAPHS_GB if s.vllm_cuda_graphs else 0.0,
+                        workspace=min(VLLM_WORKSPACE_GB, max(reservation - weights, 0.0)))
 
 
 def hf_generate_memory(arch: ModelArch, s: MemorySettings) -> EngineMemory:
@@ -393,18 +408,20 @@ def phase_components(states: ModelStates, engine: EngineMemory, activations: flo
     generation = context + weights + LoRA + optimizer states + reference + (vLLM reservation | HF generate's cache)
     training   = context + weights + LoRA + optimizer states + gradients + activations + logits + reference
                  + vLLM's reservation (it stays allocated while training)
-    With vLLM sharing the weights they are listed under weights and the reservation's remainder (KV cache +
-    workspace) under vllm_reservation, so they are counted once.
+    With vLLM sharing the weights they are listed under weights and the reservation's remainder (KV cache) with the
+    CUDA graphs under vllm_reservation, so they are counted once. vLLM's workspace is reserved but not allocated
+    after its profiling run: it is counted under cuda_context_and_allocator.
     """
-    vllm_rest = max(engine.reservation - (states.weights if engine.weights_inside else 0.0), 0.0)
+    vllm_rest = max(engine.reservation - (states.weights if engine.weights_inside else 0.0) - engine.workspace, 0.0)
+    vllm_rest += engine.cuda_graphs if engine.reservation else 0.0
     persistent = dict(weights=states.weights, lora_params=states.lora_params,
                       optimizer_states=states.optimizer_states, reference_model=states.reference_model)
     hf_cache = 0.0 if engine.reservation else engine.kv_cache
     gen = dict(persistent, gradients=0.0, activations=0.0, logits=0.0, vllm_reservation=vllm_rest, kv_cache=hf_cache)
-    gen["cuda_context_and_allocator"] = context_and_allocator_gb(hf_cache)
+    gen["cuda_context_and_allocator"] = context_and_allocator_gb(hf_cache) + engine.workspace
     train = dict(persistent, gradients=states.gradients, activations=activations, logits=logits,
                  vllm_reservation=vllm_rest, kv_cache=0.0)
-    train["cuda_context_and_allocator"] = context_and_allocator_gb(activations + logits)
+    train["cuda_context_and_allocator"] = context_and_allocator_gb(activations + logits) + engine.workspace
     return {name: {k: parts[k] for k in COMPONENTS} for name, parts in (("generation", gen), ("training", train))}
 
 
