@@ -358,6 +358,13 @@ def model_states(arch: ModelArch, s: MemorySettings) -> ModelStates:
     )
 
 
+def utilization_base_gb(s: MemorySettings, total_gb: float) -> float:
+    """The memory gpu_memory_utilization is a fraction of: through Unsloth (weights shared, no standby) the memory free
+    at load, since unsloth_zoo's approximate_vllm_memory_usage multiplies the utilization by it ("actual GPU
+    utilization = 28.54%" for 0.3 in the H100-as-T4 record); a standalone vLLM takes the fraction of the card."""
+    return total_gb - CUDA_CONTEXT_GB if s.vllm_shares_weights and not s.standby else total_gb
+
+
 def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMemory:
     """reservation = utilization x card (standby: its own fraction), and through Unsloth utilization x the memory
     free at load; KV cache = reservation - weights - VLLM_WORKSPACE_GB; CUDA graphs beside the reservation; vLLM does
@@ -373,11 +380,7 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMe
             + ("Given by standby_utilization." if s.standby_utilization is not None else
                "0.76 is a fit to two Unsloth T4 CI peaks, not a documented constant (docs/memory.md).")
         )
-    reservation = util * total_gb
-    if s.vllm_shares_weights and not s.standby:
-        # unsloth_zoo's approximate_vllm_memory_usage multiplies the utilization by the memory free at load (the
-        # CUDA context is in use): "actual GPU utilization = 28.54%" for 0.3 in the H100-as-T4 record.
-        reservation = util * (total_gb - CUDA_CONTEXT_GB)
+    reservation = util * utilization_base_gb(s, total_gb)
     weights = weight_bytes(arch, s.load_dtype) / GIB  # shared or its own copy: the same bytes inside the reservation
     kv = reservation - weights - VLLM_WORKSPACE_GB
     need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB
@@ -458,6 +461,7 @@ class MemoryEstimate:
     training_peak_gb: float
     peak_phase: str
     components: dict = field(default_factory=dict)
+    vllm_workspace: float = 0.0  # inside vllm_reservation, counted under cuda_context_and_allocator (phase_components)
     phases: dict = field(default_factory=dict)  # {"generation": parts, "training": parts}, each like components
     notes: tuple = ()
     settings: MemorySettings | None = None
@@ -527,5 +531,5 @@ def estimate(preset_or_settings, gpu="t4", budget_gb: float | None = T4_BUDGET_G
         cuda_context_and_allocator=phases[peak_phase]["cuda_context_and_allocator"],
         weights_inside_vllm=engine.weights_inside, vllm_starts=engine.starts,
         generation_peak_gb=gen_total, training_peak_gb=train_total, peak_phase=peak_phase,
-        components=dict(phases[peak_phase]), phases=phases, notes=tuple(notes), settings=s,
+        components=dict(phases[peak_phase]), vllm_workspace=engine.workspace, phases=phases, notes=tuple(notes), settings=s,
     )

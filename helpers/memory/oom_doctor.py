@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from helpers.memory.architectures import gpu_total_gb, resolve_model
 from helpers.memory.estimate import (
     VLLM_WORKSPACE_GB,
+    utilization_base_gb,
     MemoryEstimate,
     MemorySettings,
     as_settings,
@@ -82,7 +83,7 @@ def _min_utilization(s: MemorySettings, gpu) -> float:
     total = gpu_total_gb(gpu)
     need = (weight_bytes(arch, s.load_dtype) / GIB + VLLM_WORKSPACE_GB
             + (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB)
-    return min(0.95, max(0.05, round(-(-need / total // 0.05) * 0.05, 2)))
+    return min(0.95, max(0.05, round(-(-need / utilization_base_gb(s, total) // 0.05) * 0.05, 2)))
 
 
 def _candidates(name: str, s: MemorySettings, gpu) -> list[tuple[object, dict]]:

@@ -137,8 +137,9 @@ def _phases(est: MemoryEstimate, server_mode: bool) -> tuple[dict, dict]:
     return gen, train
 
 
-def _with_context(parts: dict, dynamic: float) -> dict:
-    return {**parts, "cuda_context_and_allocator": context_and_allocator_gb(dynamic)}
+def _with_context(parts: dict, dynamic: float, vllm_workspace: float) -> dict:
+    """The CUDA context and allocator slack of one GPU, with vLLM's workspace (reserved, free after its profiling)."""
+    return {**parts, "cuda_context_and_allocator": context_and_allocator_gb(dynamic) + vllm_workspace}
 
 
 def per_gpu_with_zero(estimate_or_components, stage: int, num_gpus: int, *, gather_gb: float | None = None,
@@ -170,8 +171,9 @@ def per_gpu_with_zero(estimate_or_components, stage: int, num_gpus: int, *, gath
             gather_gb = 2 * layer_weight_gb(resolve_model(est.settings.model), 2)
             notes.append(f"zero3_gather: 2 decoder layers in 16 bits ({gather_gb:.2f} GB), current + prefetched")
     gen, train = _phases(est, server_mode)
-    gen = _with_context(split_components(gen, stage, num_gpus, gather_gb), gen["kv_cache"])
-    train = _with_context(split_components(train, stage, num_gpus, gather_gb), est.activations + est.logits)
+    gen = _with_context(split_components(gen, stage, num_gpus, gather_gb), gen["kv_cache"], est.vllm_workspace)
+    train = _with_context(split_components(train, stage, num_gpus, gather_gb), est.activations + est.logits,
+                          est.vllm_workspace)
     uses_vllm = bool(est.vllm_reservation) or server_mode
     if vllm_sync_gathers is None:
         vllm_sync_gathers = uses_vllm and est.lora_params > 0
