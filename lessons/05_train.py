@@ -62,8 +62,10 @@ kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max
 # %% [markdown]
 # ## The budget and the preset
 #
-# The t4 preset is sized for **7 GB** of a T4's 14.56 GB: vLLM reserves `gpu_memory_utilization` x card up front
-# (0.3 x 14.56 = 4.4 GB for the 4-bit weights and the KV cache), and training shares what is left. The levers, in
+# The t4 preset is sized for **7 GB** of a T4's 14.56 GB: vLLM reserves `gpu_memory_utilization` x the memory free
+# at load up front (Unsloth multiplies the fraction by what is free: 0.3 x about 14.2 = 4.2 GB for the 4-bit weights,
+# the KV cache and vLLM's workspace, plus 0.17 GB of CUDA graphs), and training shares what is left. On an H100
+# emulating a T4 this recipe peaked at 5.8 GiB of device memory (docs/memory.md, 2026-11-27). The levers, in
 # the order they matter: the vLLM reservation, completions per step (`num_generations`, batch), completion length
 # (the logits tensor is completions x length x ~151k vocabulary for Qwen), LoRA instead of full training, an 8-bit
 # optimizer, gradient checkpointing, and no reference model (`beta=0`).

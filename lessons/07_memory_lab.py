@@ -114,8 +114,8 @@ print(f"{fits} of {len(sweep)} combinations fit {BUDGET_GB} GB")
 
 # %% [markdown]
 # Read the plot: the rank barely moves the peak (the adapter is ~18M parameters), while generations and
-# completion length multiply the activations. The flat floor is the vLLM reservation: 0.3 x 14.56 GB whatever you
-# train.
+# completion length multiply the activations. The flat floor is the vLLM reservation: 0.3 x the memory free at load
+# (about 4.2 GB of the T4's 14.56) whatever you train.
 
 # %% [markdown]
 # ## 3. The OOM doctor
