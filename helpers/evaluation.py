@@ -443,7 +443,9 @@ def read_run(run_dir) -> dict | None:
         say(f"{run_dir / 'summary.json'} is not readable JSON: the run's results cannot be shown")
         return None
     if not isinstance(summary.get("before"), dict) or not isinstance(summary.get("after"), dict):
-        say(f"{run_dir / 'summary.json'} has no before/after evaluation: not a finished run")
+        why = ("the run was trained without it (--no-evaluate): evaluate its adapter with `python -m "
+               "helpers.evaluate`" if summary.get("status") == "finished" else "not a finished run")
+        say(f"{run_dir / 'summary.json'} has no before/after evaluation: {why}")
         return None
     pairs, pass_k = [], None
     if (run_dir / "eval.json").is_file():

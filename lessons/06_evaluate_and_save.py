@@ -123,8 +123,9 @@ if run is not None:
 # own beside `RUN_DIR` (`runs/course-cpu`; on the runtime's disk when `RUN_DIR` is on Drive) an earlier tiny run,
 # `STAGED_ADAPTER` (an adapter your instructor shared, for the same preset), or `MyDrive/grpo-kit/staged/adapter`
 # (`helpers.sharing.locate_adapter`). If none is there, `TRAIN_IF_MISSING = True` trains a tiny run (2 steps) into that
-# folder - its numbers show the mechanics, not a trained model - and its model is used below instead of loading it
-# again (on a GPU it holds the runtime's one vLLM engine). With `TRAIN_IF_MISSING = False` the cell stops, naming
+# folder - its numbers show the mechanics, not a trained model; it skips its own evaluation
+# (`RunOptions(evaluate=False)`, `--no-evaluate` on the command line), since this notebook evaluates it next - and its
+# model is used below instead of loading it again (on a GPU it holds the runtime's one vLLM engine). With `TRAIN_IF_MISSING = False` the cell stops, naming
 # where it looked and the fixes. `RUN_DIR` itself is never written to: it is 05's.
 
 # %%

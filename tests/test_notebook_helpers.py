@@ -202,7 +202,7 @@ def test_train_run_continues_a_finished_run_when_max_steps_is_raised(tmp_path, m
 
 def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     def fake_run(preset, options, reward_funcs=None):
-        seen.append(preset)
+        seen.append((preset, options))
         (options.run_dir / "adapter").mkdir(parents=True)
         for name in sharing.ADAPTER_FILES:
             (options.run_dir / "adapter" / name).write_text("{}")
@@ -213,7 +213,8 @@ def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     kit = notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True)
     # the model the run trained comes back with the adapter (06 evaluates with it: tests/test_gpu_faults.py)
     assert course.train_tiny_adapter(kit) == (tmp_path / "adapter", "the trained model", "its tokenizer")
-    assert seen[0].max_steps == 2 and seen[0].eval_size == 4
+    preset, options = seen[0]
+    assert preset.max_steps == 2 and not options.evaluate, "06 evaluates the adapter itself: the tiny run does not"
 
 
 def test_tiny_run_without_an_adapter_says_so(tmp_path, monkeypatch):

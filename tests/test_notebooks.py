@@ -483,7 +483,10 @@ def test_06_on_a_cpu_runtime_with_the_t4_run_in_run_dir(out_dir, tmp_path):
     assert all(f"T4-answer-{i}" in html for i in range(3)), "the T4 run's own answers, from eval.json"
     assert _files(run_dir) == before, "06 never writes into RUN_DIR"
     local = tmp_path / "course-cpu"
-    assert json.loads((local / "summary.json").read_text())["steps"] == 2, "the tiny CPU run, in its own folder"
+    tiny = json.loads((local / "summary.json").read_text())
+    assert tiny["steps"] == 2, "the tiny CPU run, in its own folder"
+    assert tiny["before"] is None and tiny["after"] is None and not (local / "eval.json").exists(), \
+        "the tiny run does not evaluate itself: 06 evaluates its adapter next"
     _check_eval_outputs(local / "exports", exported=True)
 
 

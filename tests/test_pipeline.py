@@ -193,3 +193,18 @@ def test_the_command_line_runs_the_same_steps_as_the_notebook(monkeypatch, tmp_p
             types.SimpleNamespace() if _s == "start" else {"status": "finished"} if _s == "finish" else (None, None)))
     assert train.main(["--run-dir", str(tmp_path)]) == 0
     assert order == ["start", "load_model", "load_data", "evaluate_before", "build_trainer", "train", "finish"]
+
+
+def test_a_run_without_evaluation_skips_both_and_says_so(tmp_path, monkeypatch, capsys):
+    """RunOptions.evaluate=False (--no-evaluate): no greedy evaluation before (nor after, in finish), and a reader of
+    the run's files says why it has no before/after instead of calling it unfinished."""
+    from helpers import evaluation
+
+    monkeypatch.setattr(pipeline, "evaluate_base", lambda *a, **k: pytest.fail("evaluated with evaluate=False"))
+    state = types.SimpleNamespace(options=pipeline.RunOptions(evaluate=False))
+    assert pipeline.evaluate_before(state, heldout=[{"prompt": "p", "answer": "1"}]) is None
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "finished", "before": None, "after": None}))
+    assert evaluation.read_run(tmp_path) is None
+    assert "--no-evaluate" in capsys.readouterr().out
+    assert train.main(["--run-dir", str(tmp_path / "r"), "--no-evaluate", "--pass-k-samples", "2"]) == 2
+    assert "--pass-k-samples 2 with --no-evaluate: pass@k is part of the evaluation" in capsys.readouterr().err

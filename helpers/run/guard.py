@@ -41,6 +41,9 @@ def validate_options(options: RunOptions, runtime: rt.Runtime) -> None:
     if options.pass_k_samples < 0:
         _refuse(f"--pass-k-samples {options.pass_k_samples}", "cannot be negative",
                 "use 0 (greedy only) or a number of samples per question, e.g. 4")
+    if options.pass_k_samples and not options.evaluate:
+        _refuse(f"--pass-k-samples {options.pass_k_samples} with --no-evaluate", "pass@k is part of the evaluation",
+                "drop --no-evaluate, or use --pass-k-samples 0")
     if options.drive and not runtime.on_colab:
         _refuse("--drive", "Google Drive is mounted only on Colab, and this is not Colab",
                 "leave --drive off: checkpoints go to <run-dir>/trainer on this disk (or --checkpoint-dir FOLDER)")

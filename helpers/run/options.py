@@ -28,6 +28,9 @@ class RunOptions:
     drive: bool = _opt(False, "Colab: keep checkpoints on Google Drive (mounts it)")
     dashboard: str = _opt("auto", "live curves + latest completions + warnings: auto, notebook, headless (one line "
                                   "per step, dashboard.png) or off")
+    evaluate: bool = _opt(True, "greedy accuracy on the held-out questions before and after training "
+                                "(--no-evaluate: neither, for a run whose adapter is evaluated elsewhere; summary.json's "
+                                "before/after are then null, and no eval.json or samples.jsonl is written)")
     pass_k_samples: int = _opt(0, "also estimate sampled pass@k with N samples per question before/after "
                                   "(0: greedy only)")
     rewards: tuple[str, ...] = _opt(

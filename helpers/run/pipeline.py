@@ -163,6 +163,9 @@ def load_data(state: RunState):
 
 def evaluate_before(state: RunState, heldout) -> dict | None:
     """Step 4: greedy accuracy before training (a resumed run reuses before.json: its model is partly trained)."""
+    if not state.options.evaluate:
+        say("no evaluation before or after training (evaluate=False, --no-evaluate)")
+        return None
     folder = state.folder
     before = load_before([state.run_dir / "before.json", folder.checkpoint_dir / "before.json"], state.preset) \
         if folder.continuing else None
@@ -340,8 +343,10 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
                                 lambda m, t, p: save_adapter(m, t, p, overwrite=True), state.dist)
     if not state.dist.is_main:
         return {}  # every process trained; process 0 evaluates and writes the results
-    after = _evaluate_after(state, state.model, heldout, adapter)
-    write_samples(run_dir / "samples.jsonl", before, after)
+    evaluated = state.options.evaluate
+    after = _evaluate_after(state, state.model, heldout, adapter) if evaluated else None
+    if evaluated:
+        write_samples(run_dir / "samples.jsonl", before, after)
     rows = read_metrics(run_dir / "metrics.jsonl")
     plot_rewards(rows, run_dir / "reward_curve.png", title=f"GRPO on {preset.model_name}")
     summary = {
@@ -352,8 +357,8 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
         "steps": trainer.state.global_step,
         "wall_seconds": round(time.time() - state.started, 1),
         "train_seconds": round(_train_seconds(trainer), 1),
-        "before": summary_of(before),
-        "after": summary_of(after),
+        "before": summary_of(before) if evaluated else None,
+        "after": summary_of(after) if evaluated else None,
         "reward_funcs": reward_names(state.reward_funcs),
         "runtime": state.runtime.describe(),
         "time": summarize_step_times(rows),  # where the training time went, per phase (helpers.run.step_timing)
@@ -364,13 +369,14 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
         k = state.options.pass_k_samples
         say(f"sampled pass@k with {k} samples per question, before and after ...")
         pass_k = pass_at_k_before_after(state.model, state.tokenizer, heldout, preset, n=k, adapter_path=adapter)
-    write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
+    if evaluated:
+        write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
     if state.folder.resume_from is not None:
         summary["resumed_from_step"] = state.folder.resume_from.step
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     state.folder.release()  # the run is over: the folder may be used by another process
-    say(f"results in {run_dir}/: summary.json, eval.json, metrics.jsonl, reward_curve.png, dashboard.png, "
-        "samples.jsonl, adapter/")
+    say(f"results in {run_dir}/: summary.json, " + ("eval.json, " if evaluated else "") + "metrics.jsonl, "
+        "reward_curve.png, dashboard.png, " + ("samples.jsonl, " if evaluated else "") + "adapter/")
     return summary
 
 

@@ -375,10 +375,11 @@ def run_files(run_dir) -> list[str]:
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
 
-def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4, run_dir=None):
+def train_tiny_adapter(kit, steps: int = 2, run_dir=None):
     """06 with no adapter this runtime can evaluate and TRAIN_IF_MISSING = True: a tiny run into run_dir (default
     kit.run_dir; 06 passes a folder of its own, local_run_dir) through helpers.run.pipeline.run, so the rest of the
-    notebook runs. Its numbers show the mechanics, not a trained model.
+    notebook runs. Its numbers show the mechanics, not a trained model. The run does not evaluate itself
+    (RunOptions.evaluate=False): 06 evaluates its adapter next, on 06's own questions.
 
     Returns (adapter folder, model, tokenizer): the model the run trained, holding the trained adapter and, on a GPU,
     this process's vLLM engine. 06 evaluates with it: loading the model again would start a second engine, which
@@ -389,8 +390,8 @@ def train_tiny_adapter(kit, steps: int = 2, eval_size: int = 4, run_dir=None):
     steps = min(steps, kit.preset.max_steps)
     say(f"TRAIN_IF_MISSING=True: training a tiny run ({steps} step(s)) into {run_dir} now; it shows the "
         "mechanics, not a trained model.")
-    preset = kit.preset.with_overrides(max_steps=steps, eval_size=min(eval_size, kit.preset.eval_size))
-    state = pipeline.run(preset, pipeline.RunOptions(run_dir=run_dir))
+    preset = kit.preset.with_overrides(max_steps=steps)
+    state = pipeline.run(preset, pipeline.RunOptions(run_dir=run_dir, evaluate=False))
     adapter = run_dir / "adapter"
     if not is_adapter(adapter):
         raise FileNotFoundError(f"the tiny run finished but wrote no adapter in {adapter}")
