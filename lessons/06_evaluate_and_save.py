@@ -32,7 +32,7 @@ BATCH_SIZE = None             # completions per step (a multiple of NUM_GENERATI
 MAX_COMPLETION_LENGTH = None  # tokens per completion during training
 EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 STAGED_ADAPTER = None         # folder or Hugging Face repo id of the instructor's adapter for this preset (docs/colab.md)
-TRAIN_IF_MISSING = True       # no adapter this runtime can evaluate: train a tiny 2-step run in a folder of its own
+TRAIN_IF_MISSING = True       # no adapter this runtime can evaluate: train a tiny 1-step run in a folder of its own
 PASS_K_SAMPLES = 4            # sampled answers per question for pass@k (0: skip)
 EXPORT_MERGED = False         # True: write the merged 16-bit model (SmolLM2-135M: about 270 MB; Qwen2.5-1.5B: 3 GB)
 EXPORT_GGUF = False           # True: write a GGUF file for llama.cpp / Ollama (CPU: F16, about 270 MB for SmolLM2)
@@ -122,7 +122,7 @@ if run is not None:
 # ran with the same preset: the CPU run on a CPU runtime, the T4 run on a T4); then, in a folder of this notebook's
 # own beside `RUN_DIR` (`runs/course-cpu`; on the runtime's disk when `RUN_DIR` is on Drive) an earlier tiny run,
 # `STAGED_ADAPTER` (an adapter your instructor shared, for the same preset), or `MyDrive/grpo-kit/staged/adapter`
-# (`helpers.sharing.locate_adapter`). If none is there, `TRAIN_IF_MISSING = True` trains a tiny run (2 steps) into that
+# (`helpers.sharing.locate_adapter`). If none is there, `TRAIN_IF_MISSING = True` trains a tiny run (1 step) into that
 # folder - its numbers show the mechanics, not a trained model; it skips its own evaluation
 # (`RunOptions(evaluate=False)`, `--no-evaluate` on the command line), since this notebook evaluates it next - and its
 # model is used below instead of loading it again (on a GPU it holds the runtime's one vLLM engine). With `TRAIN_IF_MISSING = False` the cell stops, naming

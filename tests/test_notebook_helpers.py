@@ -214,7 +214,7 @@ def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     # the model the run trained comes back with the adapter (06 evaluates with it: tests/test_gpu_faults.py)
     assert course.train_tiny_adapter(kit) == (tmp_path / "adapter", "the trained model", "its tokenizer")
     preset, options = seen[0]
-    assert preset.max_steps == 2 and not options.evaluate, "06 evaluates the adapter itself: the tiny run does not"
+    assert preset.max_steps == 1 and not options.evaluate, "06 evaluates the adapter itself: the tiny run does not"
 
 
 def test_tiny_run_without_an_adapter_says_so(tmp_path, monkeypatch):

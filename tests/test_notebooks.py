@@ -484,7 +484,7 @@ def test_06_on_a_cpu_runtime_with_the_t4_run_in_run_dir(out_dir, tmp_path):
     assert _files(run_dir) == before, "06 never writes into RUN_DIR"
     local = tmp_path / "course-cpu"
     tiny = json.loads((local / "summary.json").read_text())
-    assert tiny["steps"] == 2, "the tiny CPU run, in its own folder"
+    assert tiny["steps"] == 1, "the tiny CPU run, in its own folder"
     assert tiny["before"] is None and tiny["after"] is None and not (local / "eval.json").exists(), \
         "the tiny run does not evaluate itself: 06 evaluates its adapter next"
     _check_eval_outputs(local / "exports", exported=True)

@@ -375,10 +375,11 @@ def run_files(run_dir) -> list[str]:
 # ------------------------------------------------------------------------------------------- 06 evaluate & save
 
 
-def train_tiny_adapter(kit, steps: int = 2, run_dir=None):
+def train_tiny_adapter(kit, steps: int = 1, run_dir=None):
     """06 with no adapter this runtime can evaluate and TRAIN_IF_MISSING = True: a tiny run into run_dir (default
     kit.run_dir; 06 passes a folder of its own, local_run_dir) through helpers.run.pipeline.run, so the rest of the
-    notebook runs. Its numbers show the mechanics, not a trained model. The run does not evaluate itself
+    notebook runs. Its numbers show the mechanics, not a trained model: one step (one sampled group, one update;
+    issue 33 measured the second step's loss pass at about 4 s of 06 on a 2-core CPU). The run does not evaluate itself
     (RunOptions.evaluate=False): 06 evaluates its adapter next, on 06's own questions.
 
     Returns (adapter folder, model, tokenizer): the model the run trained, holding the trained adapter and, on a GPU,
