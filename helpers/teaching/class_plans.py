@@ -235,9 +235,9 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         f"two values, answer exercise {ex('my_pass_at_k')} (pass@k by hand) in its "
         "cell, then Runtime > Run all. 06 first shows the class run from its files on Drive (the T4 lab's own "
         "numbers and answers), then works on the embedded model in a folder of its own: "
-        "`TRAIN_IF_MISSING` (on by default) trains a 2-step run there (mechanics, not learning), then greedy accuracy "
+        "`TRAIN_IF_MISSING` (on by default) trains a 1-step run there (mechanics, not learning), then greedy accuracy "
         "before and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the "
-        "end are opt-in and stay off. Discussion question 6 while it runs: its cells take up to 10 minutes on 2 cores "
+        "end are opt-in and stay off. Discussion question 6 while it runs: its cells take about 2.5 minutes on 2 cores "
         "([measured](#time-per-notebook)).")),
     Block(4, "05_train", T4, CONTINUE, reads_run=True, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
@@ -298,8 +298,8 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
         f"{ex('largest_completion_length')}.")),
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, reads_run=True, does=(
         f"05 has finished by now, even at the slowest estimate. 06 on a CPU runtime: exercise {ex('my_pass_at_k')} "
-        "answered first, then Run all: the class run's numbers from Drive, a 2-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
-        "reload (up to 10 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
+        "answered first, then Run all: the class run's numbers from Drive, a 1-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
+        "reload (about 2.5 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
         "to show one. Discussion questions 6 and 7.")),
     Block(10, "05_train", T4, CONTINUE, reads_run=True, does=(
         "05's results: accuracy before and after on 100 GSM8K questions, the dashboard of the whole run, exercises "
