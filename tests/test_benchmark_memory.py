@@ -376,24 +376,31 @@ sys.exit(bm.main(["kit", "--preset", "t4", "--emulate-gpu", "t4", "--steps", "1"
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_time_limits_signal_still_writes_the_record(tmp_path, signum):
-    """`timeout -s INT` (or a SIGTERM) during the engine start: a real signal to a real process, whose record then
-    says it was interrupted there, with the log lines seen before."""
-    out = tmp_path / "f.json"
-    script = SIGNALLED.format(root=str(ROOT), tests=str(ROOT / "tests"), json=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+def _signal_when_ready(template: str, out, signum) -> tuple[int, str]:
+    """Run a stand-in benchmark (template: a script that prints "ready" where it then waits) in its own process,
+    writing its record to out; send signum once it is ready. Returns its exit code and stderr."""
+    script = template.format(root=str(ROOT), tests=str(ROOT / "tests"), json=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=out.parent, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 240
         while (line := proc.stdout.readline()) and line.strip() != "ready":
-            assert time.time() < deadline, "the stand-in run never reached load_model"
+            assert time.time() < deadline, "the stand-in run never got ready"
         assert line.strip() == "ready", proc.stderr.read()
         proc.send_signal(signum)
         rc = proc.wait(timeout=60)
     finally:
         proc.kill()
-    assert rc == 1, proc.stderr.read()
+    return rc, proc.stderr.read()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_time_limits_signal_still_writes_the_record(tmp_path, signum):
+    """`timeout -s INT` (or a SIGTERM) during the engine start: a real signal to a real process, whose record then
+    says it was interrupted there, with the log lines seen before."""
+    out = tmp_path / "f.json"
+    rc, stderr = _signal_when_ready(SIGNALLED, out, signum)
+    assert rc == 1, stderr
     (record,) = json.loads(out.read_text())
     name = signal.Signals(signum).name
     assert record["status"].startswith(f"interrupted in load_model: Stopped: {name} received"), record["status"]
@@ -420,18 +427,7 @@ def test_a_run_killed_outright_leaves_its_record_so_far_and_a_finished_one_leave
     """SIGKILL (what `timeout -k` sends when the time limit's SIGINT is not answered in time) runs no handler: the
     record rewritten at each stage into F.partial is what is left, with the stage and the load phase measured."""
     out = tmp_path / "f.json"
-    script = KILLED.format(root=str(ROOT), tests=str(ROOT / "tests"), json=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 240
-        while (line := proc.stdout.readline()) and line.strip() != "ready":
-            assert time.time() < deadline, "the stand-in run never reached train"
-        assert line.strip() == "ready", proc.stderr.read()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
+    _signal_when_ready(KILLED, out, signal.SIGKILL)
     assert not out.exists(), "no final record: the process was killed"
     partial = json.loads((tmp_path / "f.json.partial").read_text())
     assert partial["stage"] == "train" and partial["status"].startswith("unfinished in train")
