@@ -322,7 +322,7 @@ def predicted(settings: MemorySettings, gpu_gib: float) -> dict:
             "cuda_context_gib": CUDA_CONTEXT_GB}
 
 
-def run_kit(args, record: dict, progress: Progress | None = None) -> None:
+def run_kit(args, record: dict, progress: Progress) -> None:
     """Run the kit's own steps on a preset and measure them, filling record (the docstring's) as it goes: main writes
     it whatever happens, so a failure's record holds everything learned before it."""
     preset, overrides = benchmark_preset(args)
@@ -352,7 +352,6 @@ def run_kit(args, record: dict, progress: Progress | None = None) -> None:
         measure_run(args, preset, emulated, card_gib, meter, record, progress)
     finally:
         meter.close()
-        record["measured"] = meter.phases
         record["measured_peak"] = _peaks(meter.phases)
 
 
@@ -531,9 +530,7 @@ class Progress:
             return
         snapshot = dict(record, status=f"unfinished in {record['stage']} (the process ended without its final "
                                        "record: killed?)")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(snapshot, indent=2, default=str))
-        tmp.replace(self.path)
+        _replace_file(self.path, json.dumps(snapshot, indent=2, default=str))
 
     def done(self) -> None:
         if self.path is not None:
@@ -554,8 +551,13 @@ def write_record(record: dict, path: Path | None) -> None:
             path.replace(path.with_name(path.name + ".unreadable"))
             print(f"[grpo-kit] {path} was no JSON list: kept as {path.name}.unreadable", file=sys.stderr)
     old = old if isinstance(old, list) else [old]
+    _replace_file(path, json.dumps(old + [record], indent=2, default=str))
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """path's new text, written beside it and renamed over it: a kill while writing leaves the old file, not half."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(old + [record], indent=2, default=str))
+    tmp.write_text(text)
     tmp.replace(path)
 
 
@@ -579,7 +581,7 @@ def benchmark_run_preset(preset, args):
 
 
 def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, meter, record: dict,
-                progress: Progress | None = None) -> None:
+                progress: Progress) -> None:
     """The kit's own steps (helpers.run.pipeline: start, load_model, build_trainer, train), each phase's time and
     memory into record, and record["stage"] the step under way (a failure's record names it). What differs from
     `python -m helpers.train`: the prompts (padded to the worst case, see benchmark_data), the machine the steps are
@@ -590,7 +592,6 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     workdir = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
     run_preset = benchmark_run_preset(preset, args)
     options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
-    progress = progress or Progress(None)
     progress.stage(record, "start")
     state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
     device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
@@ -620,12 +621,12 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
 
 
 def measured_load(pipeline, state, preset, emulated, card_gib: float, meter, record: dict, device: str | None,
-                  progress: Progress | None = None):
+                  progress: Progress):
     """pipeline.load_model (then, with device, the model moved there: --device) under the emulated card, with vLLM's log watched and the meter's thread making no CUDA call
     while the engine starts. Into record, also when loading fails: what reached vLLM (emulation) and the engine's
     accounting lines logged so far."""
     passed: dict = {}
-    (progress or Progress(None)).stage(record, "load_model")
+    progress.stage(record, "load_model")
     meter.start()
     t0 = time.time()
     loaded = None

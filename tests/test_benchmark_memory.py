@@ -244,7 +244,7 @@ def test_kit_mode_measures_the_kits_own_steps(monkeypatch, tmp_path):
     args = bm.parse_args(["kit", "--preset", "cpu", "--steps", "1", "--override", small])
     preset, _ = bm.benchmark_preset(args)
     record, meter = {}, _PhaseLog()
-    bm.measure_run(args, preset, None, 0.0, meter, record)
+    bm.measure_run(args, preset, None, 0.0, meter, record, bm.Progress(None))
     assert called == ["start", "load_model", "build_trainer", "train"]
     assert meter.engine_starts == 1, "the meter's thread is told when the model (with vLLM: the engine) loads"
     assert meter.closed[0] == "load" and "generation" in meter.closed and meter.closed[-1] == "training"
