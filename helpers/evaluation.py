@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import os
-import tempfile
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 from tqdm.std import tqdm
 
 from helpers import runtime as rt
-from helpers import speedups
+from helpers import reuse, speedups
 from helpers.messages import PREFIX, say
 from helpers.model import cache_dir, decoding_steps, generate, has_vllm_engine, load, load_cpu
 from helpers.prompts import extract_answer
@@ -169,7 +167,7 @@ def evaluate_base(model, tokenizer, rows: list[dict], settings) -> dict:
             and getattr(getattr(model, "device", None), "type", None) == "cpu"
             and speedups.enabled("before_eval_cache")):
         key = base_eval_key(model, rows, settings)
-        path = key and cache_dir() / "before-evaluations" / f"{_digest(key)}.json"
+        path = key and cache_dir() / "before-evaluations" / f"{reuse.digest(key)}.json"
         completions = path and _cached_completions(path, key, len(rows))
         if completions:
             say(f"reusing the before-training evaluation from {path} (same model, questions and settings)")
@@ -177,7 +175,7 @@ def evaluate_base(model, tokenizer, rows: list[dict], settings) -> dict:
     with model.disable_adapter() if hasattr(model, "disable_adapter") and not on_vllm else nullcontext():
         result = evaluate(model, tokenizer, rows, settings)
     if path:
-        _write_atomically(path, json.dumps({"key": key, "completions": [s["completion"] for s in result["samples"]]}))
+        reuse.write_atomically(path, json.dumps({"key": key, "completions": [s["completion"] for s in result["samples"]]}))
     return result
 
 
@@ -189,15 +187,10 @@ def base_eval_key(model, rows: list[dict], settings) -> dict | None:
     folder = Path(getattr(model, "name_or_path", "") or "")
     if not folder.is_dir():
         return None
-    files = sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file())
     questions = json.dumps([[r["prompt"], r["answer"]] for r in rows], sort_keys=True)
-    return {"settings": eval_settings(settings), "model_folder": str(folder.resolve()), "model_files": files,
+    return {"settings": eval_settings(settings), "model_folder": str(folder.resolve()), "model_files": reuse.model_files(folder),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "questions": hashlib.sha256(questions.encode()).hexdigest()}
-
-
-def _digest(key: dict) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _cached_completions(path: Path, key: dict, n: int) -> list[str] | None:
@@ -214,14 +207,6 @@ def _cached_completions(path: Path, key: dict, n: int) -> list[str] | None:
         pass
     say(f"{path} is not a usable cached evaluation: evaluating the base model again")
     return None
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Written beside its place and renamed, so a reader never sees half a file (two runs at once, a kill)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as f:
-        f.write(text)
-    os.replace(f.name, path)
 
 
 # --------------------------------------------------------------------------------------------- pass@k

@@ -389,7 +389,9 @@ for name in course.run_files(kit.run_dir):
 # The cell after it records your prediction, then runs the cpu preset for one step twice, one group of 4
 # completions each, from the same starting weights and seed (on a T4 runtime too: the embedded model, on the CPU):
 # once as it is and once with your temperature, about a minute on 2 cores. It compares your prediction with what
-# the two first batches logged, and says why either way.
+# the two first batches logged, and says why either way. Each run is the same on the same machine, so when this
+# cell runs again with a temperature already run (after a disconnect, or in the homework's rerun of this notebook),
+# it reads that run back instead of training it again, and says so; `ex.q5.rerun(..., reuse=False)` trains it again.
 
 # %% tags=["solution"]
 # Exercise 5.5: choose rerun_temperature (between 0 and 1) and predict its effect on the first batch's reward: "a", "b" or "c"

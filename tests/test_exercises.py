@@ -593,7 +593,7 @@ def test_the_rerun_check_compares_the_prediction_recorded_before_the_run_with_wh
     assert "reward" in up.table() and "temperature=0.3" in up.table()
 
 
-def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch):
+def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, capsys):
     """On a T4 runtime Unsloth has patched TRL for the GPU: the CPU reruns go to a new Python process, whose last
     stdout line is the rows as JSON."""
     import json
@@ -605,11 +605,46 @@ def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch):
 
     def fake_run(cmd, **kwargs):
         seen["cmd"] = cmd
-        return types.SimpleNamespace(stdout="[grpo-kit] log line\n" + json.dumps([{"reward": 0.1}, {"reward": 0.5}]))
+        return types.SimpleNamespace(stdout="[grpo-kit] log line\n[grpo-kit] reusing the first batch of an identical "
+                                            "earlier run (the preset) from x.json\n"
+                                            + json.dumps([{"reward": 0.1}, {"reward": 0.5}]))
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     monkeypatch.setattr(subprocess, "run", fake_run)
     rows = E.nb05._first_batches([{}, {"temperature": 0.3}])
     assert rows == [{"reward": 0.1}, {"reward": 0.5}]
-    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-1]) == [{}, {"temperature": 0.3}]
-    assert "nb05.first_batches" in seen["cmd"][2]
+    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-2]) == [{}, {"temperature": 0.3}]
+    assert "nb05.first_batches" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
+    out = capsys.readouterr().out
+    assert "reusing the first batch" in out and "log line" not in out  # the reuse is said; the run's log is not
+    E.nb05._first_batches([{}], reuse=False)
+    assert seen["cmd"][-1] == "again"
+
+
+def test_an_identical_rerun_is_read_back_and_says_so(monkeypatch, tmp_path, capsys):
+    """The rerun's one-step runs are deterministic on one machine: run again with the same settings (the notebook
+    after a disconnect, the homework's 05), each is read back instead of trained, and the output says so; a new
+    temperature, other kit code or reuse=False trains again. (That a run alone logs what it logs after another:
+    docs/performance.md, 2026-11-27.)"""
+    from helpers import reuse
+
+    nb05 = E.nb05
+    trained = []
+
+    def fake_first_batch(preset, loaded):
+        trained.append(preset.temperature)
+        return {"reward": preset.temperature / 10, "entropy": 1.0}
+
+    monkeypatch.setattr(nb05, "_first_batch", fake_first_batch)
+    monkeypatch.setattr(nb05, "_rerun_path", lambda key: tmp_path / f"{reuse.digest(key)}.json")
+    first = nb05.first_batches([{}, {"temperature": 0.3}])
+    assert trained == [1.0, 0.3] and "reusing" not in capsys.readouterr().out
+    assert nb05.first_batches([{}, {"temperature": 0.3}]) == first and trained == [1.0, 0.3]
+    out = capsys.readouterr().out
+    assert "identical earlier run (the preset)" in out and "identical earlier run (temperature=0.3)" in out
+    assert nb05.first_batches([{}, {"temperature": 0.5}])[1]["reward"] == 0.05 and trained == [1.0, 0.3, 0.5]
+    nb05.first_batches([{}], reuse=False)
+    assert trained == [1.0, 0.3, 0.5, 1.0]
+    monkeypatch.setattr(reuse, "kit_sources", lambda: "the kit's code changed")
+    nb05.first_batches([{"temperature": 0.3}])
+    assert trained == [1.0, 0.3, 0.5, 1.0, 0.3]

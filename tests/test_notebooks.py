@@ -438,6 +438,7 @@ def test_05_as_homework_continues_the_class_run(out_dir, course_kit, shared_run_
     text = _text(_execute_course("05_train", tmp_path, course_kit, nth=1))
     checkpoint = shared_run_dir / "trainer" / f"checkpoint-{CLASS_STEPS}"
     assert f"resuming from step {CLASS_STEPS} ({checkpoint})" in text
+    assert "reusing the first batch of an identical earlier run (temperature=" in text, "5.5's rerun is read back"
     rows = _metrics(shared_run_dir)
     assert [r["step"] for r in rows] == list(range(1, HOMEWORK_STEPS + 1))
     assert rows[:CLASS_STEPS] == metrics, "the class run's steps are kept, not trained again"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from helpers import reuse as kit_reuse
 from helpers.config import get_preset
 from helpers.teaching.exercises.core import Exercise, Fail, call, close, intercept, letter_of, numbered
 
@@ -487,54 +488,101 @@ def rerun_preset(seed: int = 0):
                                             train_size=8, seed=seed)
 
 
-def first_batches(changes: list[dict], seed: int = 0) -> list[dict]:
+def first_batches(changes: list[dict], seed: int = 0, reuse: bool = True) -> list[dict]:
     """One short run of rerun_preset per change, through the kit's pipeline (no evaluation, no checkpoint, each in
     a temporary folder): the logs of each run's first sampled batch. The model is loaded once and its adapter put
-    back between runs, so each starts from the same weights."""
+    back between runs, so each starts from the same weights.
+
+    A run is deterministic on one machine, so its row is kept (helpers.reuse, keyed by rerun_key) and an identical
+    rerun (the notebook run again after a disconnect, the homework's 05) reads it back and says so; reuse=False runs
+    every change again."""
+    loaded, rows = {}, []
+    for change in changes:
+        preset = rerun_preset(seed).with_overrides(**change)
+        key = rerun_key(preset)
+        path = _rerun_path(key)
+        row = kit_reuse.read(path, key) if reuse else None
+        if row is None:
+            row = _first_batch(preset, loaded)
+            kit_reuse.write(path, key, row)
+        else:
+            print(f"[grpo-kit] reusing the first batch of an identical earlier run ({_change_text(change)}) from "
+                  f"{path}; reuse=False runs it again")
+        rows.append(row)
+    return rows
+
+
+def _first_batch(preset, loaded: dict) -> dict:
+    """The first sampled batch's log of a one-step run of preset. loaded: the model the first run loaded and its
+    adapter's starting weights (filled here), put back so each run starts from the same weights."""
     import tempfile
 
     from helpers.run import pipeline
     from helpers.run.metrics import read_metrics
 
-    loaded, start, rows = None, None, []
-    for change in changes:
-        run_dir = Path(tempfile.mkdtemp(prefix="grpo-rerun-"))
-        state = pipeline.start(rerun_preset(seed).with_overrides(**change),
-                               pipeline.RunOptions(run_dir=str(run_dir), overwrite=True, save_steps=0, dashboard="off"))
-        if loaded is None:
-            loaded = pipeline.load_model(state)
-            start = {k: v.detach().clone() for k, v in loaded[0].state_dict().items() if "lora_" in k}
-        else:
-            loaded[0].load_state_dict(start, strict=False)
-            state.model, state.tokenizer = loaded
-        train_dataset, _ = pipeline.load_data(state)
-        pipeline.train(state, pipeline.build_trainer(state, train_dataset))
-        state.folder.release()
-        rows.append(next(r for r in read_metrics(run_dir / "metrics.jsonl") if "reward" in r))
-    return rows
+    run_dir = Path(tempfile.mkdtemp(prefix="grpo-rerun-"))
+    state = pipeline.start(preset, pipeline.RunOptions(run_dir=str(run_dir), overwrite=True, save_steps=0,
+                                                       dashboard="off"))
+    if not loaded:
+        loaded["model"] = pipeline.load_model(state)
+        loaded["start"] = {k: v.detach().clone() for k, v in loaded["model"][0].state_dict().items() if "lora_" in k}
+    else:
+        loaded["model"][0].load_state_dict(loaded["start"], strict=False)
+        state.model, state.tokenizer = loaded["model"]
+    train_dataset, _ = pipeline.load_data(state)
+    pipeline.train(state, pipeline.build_trainer(state, train_dataset))
+    state.folder.release()
+    return next(r for r in read_metrics(run_dir / "metrics.jsonl") if "reward" in r)
 
 
-def _first_batches(changes: list[dict]) -> list[dict]:
-    """first_batches here; in a fresh process when Unsloth is loaded (it patches TRL for the GPU)."""
+def _rerun_path(key: dict) -> Path:
+    from helpers.model import cache_dir
+
+    return cache_dir() / "reruns" / f"{kit_reuse.digest(key)}.json"
+
+
+def rerun_key(preset) -> dict:
+    """What decides a rerun's first batch on this machine: every field of its preset, the CPU speed-ups on, the
+    embedded model's files, the kit's own code and the libraries (helpers.reuse)."""
+    from helpers import speedups
+    from helpers.model import prepare_embedded_model
+
+    return {"preset": preset.to_dict(), "speedups": speedups.active(),
+            "model_files": kit_reuse.model_files(prepare_embedded_model()), "kit": kit_reuse.kit_sources(),
+            "libraries": kit_reuse.libraries()}
+
+
+def _change_text(change: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in change.items()) or "the preset"
+
+
+def _first_batches(changes: list[dict], reuse: bool = True) -> list[dict]:
+    """first_batches here; in a fresh process when Unsloth is loaded (it patches TRL for the GPU), whose lines
+    about reused runs are shown here too."""
     import json
     import subprocess
     import sys
 
     if "unsloth" not in sys.modules:
-        return first_batches(changes)
+        return first_batches(changes, reuse=reuse)
     code = ("import json, sys; from helpers.teaching.exercises import nb05; "
-            "print(json.dumps(nb05.first_batches(json.loads(sys.argv[1]))))")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(changes)], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[3])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+            "print(json.dumps(nb05.first_batches(json.loads(sys.argv[1]), reuse=sys.argv[2] == 'reuse')))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(changes), "reuse" if reuse else "again"],
+                         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[3])
+    lines = out.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        if line.startswith("[grpo-kit] reusing"):
+            print(line)
+    return json.loads(lines[-1])
 
 
 class _RerunExercise(Exercise):
     """The predict-change-rerun exercise: .rerun(value, prediction) records the prediction, then runs."""
 
-    def rerun(self, value, prediction):
-        """Two one-step runs of rerun_preset, the second with temperature=value: about a minute on 2 cores.
-        Returns the RerunOutcome the check compares with."""
+    def rerun(self, value, prediction, reuse: bool = True):
+        """Two one-step runs of rerun_preset, the second with temperature=value: about a minute on 2 cores, or
+        read back from an identical earlier rerun on this machine (reuse=False: run again). Returns the
+        RerunOutcome the check compares with."""
         try:
             choice = letter_of(prediction, RERUN_CHOICES)
         except Fail as f:
@@ -546,7 +594,7 @@ class _RerunExercise(Exercise):
             return None
         print(f"Your prediction, recorded: {choice!r}. Running the cpu preset, then {RERUN_SETTING}={value:g}, one "
               "step each ...")
-        rows = _first_batches([{}, {RERUN_SETTING: float(value)}])
+        rows = _first_batches([{}, {RERUN_SETTING: float(value)}], reuse=reuse)
         outcome = RerunOutcome(RERUN_SETTING, float(value), choice, *rows)
         print(outcome.table())
         return outcome
