@@ -15,6 +15,7 @@ The core, flat (each imports only the core below it):
     cpu_decode.py      the CPU path's decoding loop: generate's tokens without its per-token overhead
     speedups.py        the CPU path's speed-ups by name: a switch each (--cpu-speedups-off), the ones a run used
     evaluation.py      greedy accuracy, format rate and pass@k, before and after training
+    reuse.py           a result computed once here, read back under the key of what decides it (said when reused)
     sharing.py         save the adapter, merged and GGUF exports, Hub upload (token never printed); find an adapter
 Front doors (commands and the notebooks' setup):
     train.py           python -m helpers.train: the command line of the run (helpers.run.pipeline does the work)
