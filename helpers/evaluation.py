@@ -175,7 +175,7 @@ def evaluate_base(model, tokenizer, rows: list[dict], settings) -> dict:
     with model.disable_adapter() if hasattr(model, "disable_adapter") and not on_vllm else nullcontext():
         result = evaluate(model, tokenizer, rows, settings)
     if path:
-        reuse.write_atomically(path, json.dumps({"key": key, "completions": [s["completion"] for s in result["samples"]]}))
+        reuse.write(path, key, [s["completion"] for s in result["samples"]])
     return result
 
 
@@ -197,14 +197,9 @@ def _cached_completions(path: Path, key: dict, n: int) -> list[str] | None:
     """The answers saved under this key, or None (missing, unreadable or another key: evaluated again)."""
     if not path.is_file():
         return None
-    try:
-        saved = json.loads(path.read_text())
-        completions = saved["completions"]
-        if saved["key"] == json.loads(json.dumps(key)) and len(completions) == n \
-                and all(isinstance(c, str) for c in completions):
-            return completions
-    except (ValueError, KeyError, TypeError):
-        pass
+    completions = reuse.read(path, key)
+    if isinstance(completions, list) and len(completions) == n and all(isinstance(c, str) for c in completions):
+        return completions
     say(f"{path} is not a usable cached evaluation: evaluating the base model again")
     return None
 
