@@ -20,7 +20,7 @@ def digest(key) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Written beside its place and renamed, so a reader never sees half a file (two runs at once, a kill)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as f:
@@ -67,4 +67,4 @@ def read(path: Path, key):
 
 
 def write(path: Path, key, value) -> None:
-    _write_atomically(Path(path), json.dumps({"key": key, "value": value}, default=str))
+    write_atomically(Path(path), json.dumps({"key": key, "value": value}, default=str))

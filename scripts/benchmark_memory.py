@@ -65,6 +65,7 @@ from helpers.config import get_preset, grpo_config_kwargs  # noqa: E402
 from helpers.data import prompt_token_length, synthetic_problems  # noqa: E402
 from helpers.evaluation import evaluate, summary_of  # noqa: E402
 from helpers.memory import CUDA_CONTEXT_GB, MemorySettings, estimate, model_key, settings_from_preset  # noqa: E402
+from helpers.reuse import write_atomically  # noqa: E402
 from helpers.run.options import RunOptions  # noqa: E402
 from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, summarize_step_times  # noqa: E402
 from helpers.runtime import GIB  # noqa: E402
@@ -530,7 +531,7 @@ class Progress:
             return
         snapshot = dict(record, status=f"unfinished in {record['stage']} (the process ended without its final "
                                        "record: killed?)")
-        _replace_file(self.path, json.dumps(snapshot, indent=2, default=str))
+        write_atomically(self.path, json.dumps(snapshot, indent=2, default=str))
 
     def done(self) -> None:
         if self.path is not None:
@@ -551,14 +552,7 @@ def write_record(record: dict, path: Path | None) -> None:
             path.replace(path.with_name(path.name + ".unreadable"))
             print(f"[grpo-kit] {path} was no JSON list: kept as {path.name}.unreadable", file=sys.stderr)
     old = old if isinstance(old, list) else [old]
-    _replace_file(path, json.dumps(old + [record], indent=2, default=str))
-
-
-def _replace_file(path: Path, text: str) -> None:
-    """path's new text, written beside it and renamed over it: a kill while writing leaves the old file, not half."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomically(path, json.dumps(old + [record], indent=2, default=str))
 
 
 def emulate(emulated: EmulatedGPU, card_gib: float, record: dict) -> float:
