@@ -9,7 +9,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from helpers import reuse as kit_reuse
+from helpers import speedups
 from helpers.config import get_preset
+from helpers.model import cache_dir, prepare_embedded_model
 from helpers.teaching.exercises.core import Exercise, Fail, call, close, intercept, letter_of, numbered
 
 LESSON = "05"
@@ -496,10 +498,10 @@ def first_batches(changes: list[dict], seed: int = 0, reuse: bool = True) -> lis
     A run is deterministic on one machine, so its row is kept (helpers.reuse, keyed by rerun_key) and an identical
     rerun (the notebook run again after a disconnect, the homework's 05) reads it back and says so; reuse=False runs
     every change again."""
-    loaded, rows = {}, []
+    loaded, rows, machine = {}, [], rerun_machine()
     for change in changes:
         preset = rerun_preset(seed).with_overrides(**change)
-        key = rerun_key(preset)
+        key = rerun_key(preset, machine)
         path = _rerun_path(key)
         row = kit_reuse.read(path, key) if reuse else None
         if row is None:
@@ -536,20 +538,19 @@ def _first_batch(preset, loaded: dict) -> dict:
 
 
 def _rerun_path(key: dict) -> Path:
-    from helpers.model import cache_dir
-
     return cache_dir() / "reruns" / f"{kit_reuse.digest(key)}.json"
 
 
-def rerun_key(preset) -> dict:
-    """What decides a rerun's first batch on this machine: every field of its preset, the CPU speed-ups on, the
-    embedded model's files, the kit's own code and the libraries (helpers.reuse)."""
-    from helpers import speedups
-    from helpers.model import prepare_embedded_model
+def rerun_machine() -> dict:
+    """What decides every rerun on this machine besides its preset: the CPU speed-ups on, the embedded model's
+    files, the kit's own code and the libraries (helpers.reuse). The same for each change of one rerun."""
+    return {"speedups": speedups.active(), "model_files": kit_reuse.model_files(prepare_embedded_model()),
+            "kit": kit_reuse.kit_sources(), "libraries": kit_reuse.libraries()}
 
-    return {"preset": preset.to_dict(), "speedups": speedups.active(),
-            "model_files": kit_reuse.model_files(prepare_embedded_model()), "kit": kit_reuse.kit_sources(),
-            "libraries": kit_reuse.libraries()}
+
+def rerun_key(preset, machine: dict) -> dict:
+    """What decides a rerun's first batch: every field of its preset, and the machine's part (rerun_machine)."""
+    return {"preset": preset.to_dict(), **machine}
 
 
 def _change_text(change: dict) -> str:
