@@ -188,8 +188,8 @@ def base_eval_key(model, rows: list[dict], settings) -> dict | None:
     if not folder.is_dir():
         return None
     questions = json.dumps([[r["prompt"], r["answer"]] for r in rows], sort_keys=True)
-    return {"settings": eval_settings(settings), "model_folder": str(folder.resolve()), "model_files": reuse.model_files(folder),
-            "torch": torch.__version__, "transformers": transformers.__version__,
+    return {"settings": eval_settings(settings), "model_folder": str(folder.resolve()),
+            "model_files": reuse.model_files(folder), "torch": torch.__version__, "transformers": transformers.__version__,
             "questions": hashlib.sha256(questions.encode()).hexdigest()}
 
 
