@@ -17,16 +17,22 @@ How the run is watched: the script runs in a fresh interpreter under helpers.cap
 `python -c` line in `_run`): an import hook, a meta-path finder and an audit hook (open, exec, subprocess) note the
 pipeline's use; transformers' Trainer (GRPOTrainer's base, also under Unsloth's generated trainer) is wrapped as it
 is imported, and its train() attaches the counting callback. A JSON report is written when the script ends, however
-it ends; this module judges it.
+it ends; this module judges it. The script runs as the user, with their rights (their files, their environment:
+an HF token in it too), so the checker says so as it starts; it runs in a session of its own, stdin closed, and its
+whole process group is killed when it ends, hangs past --timeout, or the check is interrupted: nothing it started
+outlives the check.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import io
 import json
+import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +50,7 @@ from helpers.messages import say
 from helpers.teaching.exercises.nb04 import CHAT  # 04's hint for a chat completion read as a string
 
 STEPS = 2
+TIMEOUT_S = 900  # the check's time limit, --timeout's default: 2 CPU steps take about a minute
 
 _WRITE_IT = {
     "helpers.rewards": "write your reward functions in the script, with TRL's contract "
@@ -120,26 +127,54 @@ def _mentions(tree: ast.AST, name: str) -> bool:
                or (isinstance(n, ast.alias) and n.name.split(".")[-1] == name) for n in ast.walk(tree))
 
 
+# PEP 263's coding line, on line 1 or 2 (tokenize's own pattern, on bytes)
+_CODING_LINE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+", re.MULTILINE)
+
+
+def _notebook(script: Path) -> CapstoneError:
+    named = script.suffix.lower() == ".ipynb"
+    notebook = script.name if named else f"{script.stem}.ipynb"
+    return CapstoneError(
+        f"{script.name} {'is' if named else 'holds'} a notebook{'' if named else ' (its JSON)'}, and the checker "
+        "takes a .py script: it runs the file as `python train_grpo.py --max-steps 2 --output-dir DIR`. Fix: "
+        + ("" if named else f"rename it {notebook}, then ") + "export the notebook as a script (`jupyter nbconvert "
+        f"--to script {notebook}`, or in Jupyter File > Download as > Python (.py); in Colab File > Download > "
+        "Download .py), delete the lines the export made of `!` and `%` commands (get_ipython()), and check that .py "
+        "file. In notebook 09 the %%writefile cell already writes runs/capstone/train_grpo.py: check that file.")
+
+
 def _source(script: Path) -> str:
     """The script's text, decoded as Python will run it (UTF-8 unless a `# -*- coding: ... -*-` line says
-    otherwise); CapstoneError naming the path and the fix for a folder, a missing file or a byte that is not UTF-8."""
+    otherwise); CapstoneError naming the path and the fix for a folder, a missing file, a notebook or a byte that is
+    not UTF-8."""
     if script.is_dir():
         raise CapstoneError(f"{script} is a folder, not a script. Fix: pass the path of the .py file inside it, e.g. "
                             f"{script / 'train_grpo.py'}")
     if not script.is_file():
         raise CapstoneError(f"{script} does not exist. Fix: write train_grpo.py (capstone/README.md), then check it.")
+    if script.suffix.lower() == ".ipynb":  # its JSON even parses as Python: refused by name, not as "no GRPOTrainer"
+        raise _notebook(script)
     data = script.read_bytes()
+    coding = _CODING_LINE.search(b"\n".join(data.splitlines()[:2]))
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as err:
+        if coding:  # a coding line that names no known encoding, or one that contradicts a UTF-8 BOM
+            raise CapstoneError(f"{script.name}: {err.msg} ({coding[0].decode('ascii', 'replace').strip()}). Fix: "
+                                "remove the coding line and save the file as UTF-8, or name utf-8 in it.") from None
+        encoding = "utf-8"  # no coding line: detect_encoding met a byte that is not UTF-8 on line 1 or 2
+    try:
         return data.decode(encoding)
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
+        byte = f"byte 0x{data[err.start]:02x} on line {line}"
+        what = f"{script.name}'s coding line says {encoding}, and {byte} is not {encoding}" if coding else \
+            f"{script.name} is not UTF-8: {byte}"
         raise CapstoneError(
-            f"{script.name} is not UTF-8: byte 0x{data[err.start]:02x} on line {line} (a character such as 'é' saved "
-            "as Latin-1 or Windows-1252), and Python reads scripts as UTF-8. Fix: save the file as UTF-8 (your "
-            "editor's 'Save with encoding', or `iconv -f latin1 -t utf-8`), then check again.") from None
-    except SyntaxError as err:  # detect_encoding: a coding line that names no known encoding
-        raise CapstoneError(f"{script.name}: {err.msg}. Fix: remove the coding line, or name utf-8 in it.") from None
+            f"{what} (a character such as 'é' saved as Latin-1 or Windows-1252)"
+            + ("" if coding else ", and Python reads scripts as UTF-8") + ". Fix: save the file as UTF-8 (your "
+            "editor's 'Save with encoding', or `iconv -f latin1 -t utf-8`)"
+            + (" and remove the coding line" if coding else "") + ", then check again.") from None
 
 
 def read_script(script: Path) -> None:
@@ -150,6 +185,9 @@ def read_script(script: Path) -> None:
         tree = ast.parse(source, str(script))
     except SyntaxError as err:
         raise CapstoneError(f"{script.name} line {err.lineno}: {err.msg}. Fix that line, then check again.") from None
+    if (len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Dict)
+            and '"nbformat"' in source):  # a notebook's JSON (a dict to Python) saved under a .py name
+        raise _notebook(script)
     todos = _todos(source)
     if (todos and not _calls(tree, "GRPOTrainer")) or not source.strip():
         raise CapstoneError(f"not answered yet: {script.name} is the skeleton ({len(todos)} TODOs left). Fix: write "
@@ -175,9 +213,23 @@ def _say(text: str) -> None:
         say(f"capstone: {text}")
 
 
-def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:
+def _timeout(value) -> float:
+    """--timeout's seconds (check()'s timeout too): a finite number above 0, else ValueError naming the flag and the
+    fix, said before anything runs."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"--timeout takes the seconds the script may run before the checker stops it, a number above "
+                         f"0; got {value!r}. Fix: e.g. --timeout 1800 (capstone.check(..., timeout=1800) in a "
+                         f"notebook), or leave it out for the default {TIMEOUT_S} s.")
+    return seconds
+
+
+def _wait(proc: subprocess.Popen, progress: Path, timeout: float) -> None:
     """Wait for the script, printing each step the bootstrap notes (and a heartbeat when quiet) with the elapsed
-    time; subprocess.TimeoutExpired past timeout (the script is killed)."""
+    time; subprocess.TimeoutExpired past timeout (_run then kills the script's process group)."""
     started = last_said = time.monotonic()
     shown = 0
     while True:
@@ -195,8 +247,6 @@ def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:
             _say(f"the script ended after {now - started:.0f} s (exit {proc.returncode}); judging what it did")
             return
         if now - started > timeout:
-            proc.kill()
-            proc.wait()
             raise subprocess.TimeoutExpired(proc.args, timeout)
         if now - last_said >= HEARTBEAT_S:
             doing = f"since: {notes[-1]}" if notes else "importing TRL and loading the model come first"
@@ -204,21 +254,68 @@ def _wait(proc: subprocess.Popen, progress: Path, timeout: int) -> None:
             last_said = now
 
 
-def _run(script: Path, steps: int, out: Path, tmp: Path, timeout: int) -> tuple[subprocess.CompletedProcess, dict]:
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill the script's process group (its own session): the processes it started go with it, whether it ended,
+    hung or the check was interrupted (Ctrl-C: in its own session the script no longer gets the terminal's)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the script and everything it started have already ended
+        pass
+    proc.wait()
+
+
+def _hung(name: str, notes: list[str], steps: int, timeout: float, output: str) -> str:
+    """The timeout's message: stopped with no finish, where it was, the likely cause (max_steps only when the step
+    count says so) and the --timeout flag."""
+    last = notes[-1] if notes else None
+    step = re.fullmatch(r"GRPO step (\d+)/(\d+) done", last or "")
+    longer = (f"if it is only slow, give it longer: --timeout {max(2 * timeout, TIMEOUT_S):g} "
+              "(capstone.check(..., timeout=SECONDS) in a notebook)")
+    if step and int(step[2]) != steps:
+        cause = (f"trainer.train() was set to {step[2]} steps, not the {steps} the checker asks for (--max-steps "
+                 f"{steps}). Fix: GRPOConfig(max_steps=args.max_steps, ...).")
+    elif step:
+        cause = (f"Its steps ran, too slowly to finish in time. Fix: keep max_completion_length small on a CPU (64) "
+                 f"and a few completions per question; {longer}.")
+    else:
+        where = {None: "before it built a GRPOTrainer", "trainer.train() started": "in its first GRPO step"}.get(
+            last, "after trainer.train() returned" if last and last.startswith("trainer.train() returned")
+            else "before trainer.train() started")
+        cause = (f"It was stuck {where}. Likely causes: an infinite loop, a call waiting on input (input() gets "
+                 "nothing here; a network call or a lock that never answers), a reward function that never returns "
+                 f"(TRL calls it on each sampling step's completions). Fix: run it yourself, `python {name} "
+                 f"--max-steps {steps}`, and press Ctrl-C when it stops moving: the traceback shows the line it waits "
+                 f"on; {longer}.")
+    seen = f" Its last progress: {last}." if last else ""
+    tail = "\n".join(output.strip().splitlines()[-5:])
+    return (f"the script was stopped after {timeout:g} s with no finish: it was still running when the checker's time "
+            f"limit ran out (--timeout, {timeout:g} s).{seen} {cause}"
+            + (f" Its last output:\n{tail}" if tail else ""))
+
+
+def _run(script: Path, steps: int, out: Path, tmp: Path, timeout: float) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp / REPORT
     code = (f"from helpers.capstone_watch import _bootstrap; _bootstrap({str(script)!r}, {str(tmp)!r}, "
             f"['--max-steps', {str(steps)!r}, '--output-dir', {str(out)!r}])")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(KIT), os.environ.get("PYTHONPATH", "")] if p)}
     _say(f"running {script.name} --max-steps {steps} in a fresh Python (about a minute on a CPU) ...")
+    say(f"capstone: {script.name} runs as you, with your rights: it can read, change and delete your files, and it "
+        "sees your environment (an HF token in it too). Review a script before you check someone else's.")
     args = [sys.executable, "-c", code]
     with open(tmp / "stdout.txt", "w+") as stdout, open(tmp / "stderr.txt", "w+") as stderr:
-        proc = subprocess.Popen(args, cwd=tmp, env=env, stdout=stdout, stderr=stderr, text=True)
+        # its own session: killpg reaches every process it starts; no stdin: input() ends it, not waits on yours
+        proc = subprocess.Popen(args, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                text=True, start_new_session=True)
         try:
             _wait(proc, report.with_suffix(".progress"), timeout)
         except subprocess.TimeoutExpired:
-            raise CapstoneError(f"the script ran past {timeout} s for {steps} steps. Fix: pass "
-                                "max_steps=args.max_steps to GRPOConfig, and keep max_completion_length small on a "
-                                "CPU (64).") from None
+            progress = report.with_suffix(".progress")
+            notes = progress.read_text().splitlines() if progress.is_file() else []
+            stderr.seek(0)
+            stdout.seek(0)
+            raise CapstoneError(_hung(script.name, notes, steps, timeout, stderr.read() or stdout.read())) from None
+        finally:
+            _stop_group(proc)
         stdout.seek(0)
         stderr.seek(0)
         r = subprocess.CompletedProcess(args, proc.returncode, stdout.read(), stderr.read())
@@ -269,6 +366,10 @@ def _explain_failure(failure: dict, stderr: str, steps: int, reward_names: list[
                 "ap.add_argument(\"--max-steps\", type=int, default=40) and ap.add_argument(\"--output-dir\", "
                 "default=\"runs/capstone\"), then use args.max_steps and args.output_dir. Its message: "
                 + (stderr.strip().splitlines()[-1] if stderr.strip() else "(none)"))
+    if failure.get("type") == "EOFError" and "input" in (failure.get("traceback") or ""):
+        return ("the script asked for input (input() got EOFError): the checker runs it with no keyboard, and gives it "
+                f"only --max-steps {steps} --output-dir DIR. Fix: take what it needs from argparse arguments with "
+                "defaults, not input().")
     if failure.get("type") == "NotImplementedError":
         return (f"not answered yet: the script raised NotImplementedError ({failure.get('message')}). Fix: write that "
                 "part of the script.")
@@ -387,10 +488,13 @@ def _steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
 
 
-def check(script="train_grpo.py", steps: int = STEPS, timeout: int = 900) -> CapstoneResult:
-    """Check a capstone script: read it, run it for `steps` GRPO steps in a temporary folder, judge what it did.
+def check(script="train_grpo.py", steps: int = STEPS, timeout: float = TIMEOUT_S) -> CapstoneResult:
+    """Check a capstone script: read it, run it for `steps` GRPO steps in a temporary folder, judge what it did;
+    stopped after `timeout` seconds.
 
-    Never raises for a mistake in the script (a notebook keeps running): the result says what to fix."""
+    Never raises for a mistake in the script (a notebook keeps running): the result says what to fix. A timeout
+    that is not a number above 0 raises ValueError before anything runs."""
+    timeout = _timeout(timeout)
     script = Path(script).expanduser().resolve()
     try:
         read_script(script)
@@ -409,11 +513,19 @@ def check(script="train_grpo.py", steps: int = STEPS, timeout: int = 900) -> Cap
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m helpers.capstone path/to/train_grpo.py", file=sys.stderr)
+    ap = argparse.ArgumentParser(prog="python -m helpers.capstone", description=__doc__.split("\n\n")[0])
+    ap.add_argument("script", help="the capstone script to check (a .py file; export a notebook first)")
+    ap.add_argument("--timeout", default=TIMEOUT_S, metavar="SECONDS",
+                    help=f"stop the script after this many seconds (default {TIMEOUT_S})")
+    try:
+        args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+        timeout = _timeout(args.timeout)
+    except SystemExit as stop:  # argparse's usage error (exit 2) or --help (exit 0), already printed
+        return stop.code
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    result = check(argv[0])
+    result = check(args.script, timeout=timeout)
     print(result, file=sys.stdout if result.passed else sys.stderr)
     return 0 if result.passed else 1
 

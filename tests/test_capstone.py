@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import re
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -155,6 +157,11 @@ def _script(tmp_path: Path, code: str) -> Path:
     return path
 
 
+RIGHTS = ("[grpo-kit] capstone: train_grpo.py runs as you, with your rights: it can read, change and delete your "
+          "files, and it sees your environment (an HF token in it too). Review a script before you check someone "
+          "else's.")
+
+
 def _not_yet(result, *phrases):
     assert not result.passed and repr(result).startswith("Not yet: "), repr(result)
     for phrase in phrases:
@@ -173,11 +180,12 @@ def test_a_script_that_trains_a_grpo_trainer_passes(tmp_path, fake_trl, capsys):
     assert "the 2 steps that sampled: 0.250, 0.500" in repr(result) and "the saved adapter is those trained weights" in repr(result)
     assert result.details["lora_b_changed"] == result.details["lora_b_tensors"] == 1
     capsys.readouterr()
-    assert capstone.main([str(tmp_path / "train_grpo.py")]) == 0
+    assert capstone.main([str(tmp_path / "train_grpo.py"), "--timeout", "60"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("Passed: ")
     # what the script is doing, as it happens, with the elapsed time (the real check runs about a minute)
     assert out[0].startswith("[grpo-kit] capstone: running train_grpo.py --max-steps 2 in a fresh Python")
+    assert out[1] == RIGHTS
     assert any(re.fullmatch(r"\[grpo-kit\] capstone: built GRPOTrainer \(\d+ s\)", line) for line in out)
     assert any(line.startswith("[grpo-kit] capstone: trainer.train() returned at step 2 (") for line in out)
     assert re.fullmatch(r"\[grpo-kit\] capstone: the script ended after \d+ s \(exit 0\); judging what it did", out[-2])
@@ -587,5 +595,170 @@ def test_a_quiet_wait_gets_a_heartbeat_and_a_script_past_the_timeout_is_stopped(
     assert "[grpo-kit] capstone: still running (" in capsys.readouterr().out
     started = time.monotonic()
     _not_yet(capstone.check(_script(tmp_path, "import time\nfrom trl import GRPOTrainer\ntime.sleep(60)\n"), timeout=2),
-             "the script ran past 2 s for 2 steps")
+             "the script was stopped after 2 s with no finish")
     assert time.monotonic() - started < 30  # killed, not waited for
+
+
+# ------------------------------------------------------------------------------------- runs that survive their users
+
+
+def test_the_readme_says_the_script_runs_with_your_rights():
+    readme = " ".join((ROOT / "capstone" / "README.md").read_text().split())
+    assert "runs the script as you, with your rights" in readme and "HF token" in readme
+    assert "Review a script before you check someone else's" in readme
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    """The process has ended (a zombie waiting for init to reap it counts as ended)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.is_file() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """The checker's temporary folders made in a folder of the test's: empty again after each check."""
+    folder = tmp_path / "checker-tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _spawner(tmp_path: Path, then: str, code: str = "from trl import GRPOTrainer\n") -> tuple[Path, Path]:
+    """A script in a folder of its own that starts `sleep 300`, writes its pid to child.pid there, then runs `then`."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    pid_file = mine / "child.pid"
+    script = _script(mine, code + f"import subprocess\nchild = subprocess.Popen(['sleep', '300'])\n"
+                                  f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n" + then)
+    return script, pid_file
+
+
+def test_a_hung_script_is_stopped_with_its_children_and_told_it_hung(tmp_path, fake_trl, own_tmp, capsys):
+    """Issue 46: the script runs in its own session and the whole group is killed at --timeout, so the `sleep` it
+    started does not outlive the check; the message says it hung and why, not "pass max_steps"."""
+    script, pid_file = _spawner(tmp_path, "import time\ntime.sleep(300)\n")
+    started = time.monotonic()
+    assert capstone.main([str(script), "--timeout", "3"]) == 1
+    assert time.monotonic() - started < 20
+    captured = capsys.readouterr()
+    err = captured.err
+    assert RIGHTS in captured.out.splitlines()  # said before it runs, whatever it then does
+    assert err.startswith("Not yet: the script was stopped after 3 s with no finish"), err
+    for phrase in ("(--timeout, 3 s)", "stuck before it built a GRPOTrainer", "an infinite loop",
+                   "waiting on input", "a reward function that never returns", "--timeout 900",
+                   "capstone.check(..., timeout=SECONDS)"):
+        assert phrase in err, (phrase, err)
+    assert "max_steps" not in err and "Traceback" not in err
+    assert _gone(int(pid_file.read_text())), "the script's child outlived the check"
+    assert sorted(p.name for p in script.parent.iterdir()) == ["child.pid", "train_grpo.py"]
+    assert not any(own_tmp.iterdir())  # the run's temporary folder is gone too
+
+
+def test_a_reward_that_never_returns_is_named_and_max_steps_only_when_it_is_the_cause(tmp_path, fake_trl, own_tmp):
+    stuck = GOOD.replace("    return [float(i % 2)", "    import time\n    time.sleep(300)\n    return [float(i % 2)")
+    message = _not_yet(capstone.check(_script(tmp_path, stuck), timeout=3), "stopped after 3 s with no finish",
+                       "Its last progress: trainer.train() started", "stuck in its first GRPO step",
+                       "a reward function that never returns")
+    assert "max_steps" not in message
+    slow = GOOD.replace("    return [float(i % 2)", "    import time\n    time.sleep(0.5)\n    return [float(i % 2)")
+    _not_yet(capstone.check(_script(tmp_path, slow.replace("max_steps=args.max_steps", "max_steps=40")), timeout=3),
+             "stopped after 3 s with no finish", "trainer.train() was set to 40 steps, not the 2",
+             "GRPOConfig(max_steps=args.max_steps")
+    assert not any(own_tmp.iterdir())
+
+
+def test_children_left_running_by_a_finished_script_are_stopped(tmp_path, fake_trl, own_tmp):
+    script, pid_file = _spawner(tmp_path, "", GOOD)
+    assert capstone.check(script).passed
+    assert _gone(int(pid_file.read_text())), "a child the script left running outlived the check"
+    assert not any(own_tmp.iterdir())
+
+
+def test_ctrl_c_during_the_check_stops_the_script_and_its_children(tmp_path, fake_trl, own_tmp, monkeypatch):
+    """In its own session the script no longer gets the terminal's Ctrl-C (or Jupyter's interrupt): the checker's
+    KeyboardInterrupt kills the group on its way out."""
+    def interrupted(text):
+        if text.startswith("still running"):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(capstone, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(capstone, "_say", interrupted)
+    script, pid_file = _spawner(tmp_path, "import time\ntime.sleep(300)\n")
+    with pytest.raises(KeyboardInterrupt):
+        capstone.check(script, timeout=60)
+    assert _gone(int(pid_file.read_text()))
+    assert not any(own_tmp.iterdir())
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", ""])
+def test_timeout_must_be_seconds_above_zero(tmp_path, own_tmp, capsys, value):
+    """Refused with exit 2 before anything runs: the script (it would write ran.txt) never starts."""
+    script = _script(tmp_path, f"open({str(tmp_path / 'ran.txt')!r}, 'w')\nfrom trl import GRPOTrainer\n")
+    assert capstone.main([str(script), "--timeout", value]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: --timeout takes the seconds the script may run before the checker stops "
+                                   f"it, a number above 0; got {value!r}. Fix: e.g. --timeout 1800"), captured.err
+    assert captured.out == "" and not (tmp_path / "ran.txt").exists() and not any(own_tmp.iterdir())
+    with pytest.raises(ValueError, match="--timeout takes the seconds"):
+        capstone.check(script, timeout=float(value) if value in ("0", "-5") else value)
+
+
+def test_no_script_is_a_usage_error(capsys):
+    assert capstone.main([]) == 2
+    assert "usage: python -m helpers.capstone [-h] [--timeout SECONDS] script" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("notebook", [NOTEBOOK, STUDENT_NOTEBOOK])
+def test_a_notebook_is_refused_with_how_to_export_it(notebook, own_tmp, capsys):
+    """`python -m helpers.capstone notebooks/09_capstone.ipynb`: a notebook's JSON parses as Python, which once made
+    this "never uses GRPOTrainer"."""
+    before = notebook.read_bytes()
+    assert capstone.main([str(notebook)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Not yet: 09_capstone.ipynb is a notebook, and the checker takes a .py script"), err
+    for phrase in (f"jupyter nbconvert --to script {notebook.name}", "File > Download as > Python (.py)",
+                   "runs/capstone/train_grpo.py"):
+        assert phrase in err, (phrase, err)
+    assert "GRPOTrainer" not in err and notebook.read_bytes() == before and not any(own_tmp.iterdir())
+
+
+def test_a_notebook_saved_as_py_is_refused_as_a_notebook(tmp_path):
+    script = tmp_path / "train_grpo.py"
+    script.write_bytes(STUDENT_NOTEBOOK.read_bytes())
+    _not_yet(capstone.check(script), "train_grpo.py holds a notebook (its JSON)", "rename it train_grpo.ipynb",
+             "jupyter nbconvert --to script train_grpo.ipynb")
+
+
+def test_a_latin1_byte_on_line_1_without_a_coding_line_says_save_as_utf8(tmp_path, capsys):
+    """Python's detect_encoding reads lines 1-2 itself and calls such a byte an "invalid or missing encoding
+    declaration": the student has no coding line to remove."""
+    script = tmp_path / "train_grpo.py"
+    script.write_bytes("# r\u00e9compense\n".encode("latin-1") + GOOD.encode())
+    assert capstone.main([str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Not yet: train_grpo.py is not UTF-8: byte 0xe9 on line 1"), err
+    assert "Fix: save the file as UTF-8" in err and "coding line" not in err and "encoding declaration" not in err
+    # a coding line that names no encoding is the coding line's fault
+    script.write_bytes(b"# -*- coding: klingon -*-\n" + GOOD.encode())
+    _not_yet(capstone.check(script), "unknown encoding: klingon", "remove the coding line")
+    script.write_bytes(b"# -*- coding: ascii -*-\n# r\xe9compense\n" + GOOD.encode())
+    _not_yet(capstone.check(script), "train_grpo.py's coding line says ascii, and byte 0xe9 on line 2 is not ascii",
+             "save the file as UTF-8", "remove the coding line")
+
+
+def test_input_gets_no_keyboard_and_says_so(tmp_path, fake_trl, own_tmp):
+    """stdin is closed: input() ends the script (EOFError) instead of waiting on the terminal until --timeout."""
+    code = GOOD.replace("model = LoraModel()", "steps = int(input('how many steps? '))\nmodel = LoraModel()")
+    started = time.monotonic()
+    message = _not_yet(capstone.check(_script(tmp_path, code)), "the script asked for input",
+                       "Fix: take what it needs from argparse arguments")
+    assert "Traceback" not in message and time.monotonic() - started < 20 and not any(own_tmp.iterdir())
