@@ -5,45 +5,191 @@
 Reads the run's config.json (the preset it was trained with) and adapter/, answers the same held-out questions
 as helpers.train (GSM8K test split on the GPU preset, the synthetic held-out split on CPU) without and with the
 adapter, prints a side-by-side view and writes eval.json in the run folder.
+
+Every refusal (a flag out of range, a cut-off config.json, more questions than the held-out split has, a read-only
+folder, a folder another process writes) comes before any model loads, or torch and transformers are imported,
+with exit 2 and the fix (tests/test_validation_early.py holds it to that).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import sys
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
+from helpers import data
 from helpers.config import Preset, get_preset
-from helpers.data import heldout_questions
 from helpers.messages import say
+from helpers.run.folder import CONFIG_FILE, RunLock
 from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                 side_by_side_text, write_eval)
+
+EVAL_FILE = "eval.json"
+GSM8K_TEST_ROWS = 1319  # openai/gsm8k main's test split (helpers/fixtures/gsm8k/README.md)
+
+
+def flag_problems(samples: int, ks, eval_size: int | None, eval_max_new_tokens: int | None) -> list[str]:
+    """Each flag out of its range, named with its value, the range and the fix: checked before anything is read,
+    so `--samples -1` no longer fails after minutes of loading and sampling ("1 completions for 0 questions")."""
+    problems = []
+    if samples < 0:
+        problems.append(f"--samples {samples}: must be 0 (no pass@k) or more sampled completions per question. "
+                        "Fix: pass e.g. --samples 4, or --samples 0 to skip pass@k")
+    if ks:
+        given = ",".join(map(str, ks))
+        if min(ks) < 1:
+            problems.append(f"--k {given}: each k must be 1 or more (pass@k draws k of the samples). Fix: pass e.g. "
+                            f"--k 1,{max(2, min(samples, 4))}")
+        elif samples == 0:
+            problems.append(f"--k {given} with --samples 0: pass@k needs sampled completions. Fix: pass --samples "
+                            f"{max(ks)} (or more), or leave out --k")
+        elif samples > 0 and max(ks) > samples:
+            problems.append(f"--k {max(ks)} is larger than --samples {samples}; pass@k needs k <= samples. Fix: pass "
+                            f"--samples {max(ks)}, or only k values up to {samples}")
+    for flag, value, example in (("--eval-size", eval_size, 50), ("--eval-max-new-tokens", eval_max_new_tokens, 200)):
+        if value is not None and value < 1:
+            problems.append(f"{flag} {value}: must be 1 or more. Fix: pass e.g. {flag} {example}, or leave it out "
+                            "(the run's own)")
+    return problems
+
+
+def read_config(run_dir) -> dict:
+    """The run's config.json, or a ValueError worded as helpers.run.folder.read_json words it (the file, cut off or
+    edited) but with an evaluation's fix: read_json's "pass --overwrite" is a flag of helpers.train, not of this."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        found = err
+    if not isinstance(found, dict) or not isinstance(found.get("name"), str):
+        why = (f"{type(found).__name__}: {found}" if isinstance(found, Exception) else
+               "not a JSON object" if not isinstance(found, dict) else 'no preset "name"')
+        raise ValueError(
+            f"{path} is unreadable ({why}): it was cut off (a kill or a full disk while it was written) or edited. "
+            "It holds the settings the adapter was trained with, so nothing can be evaluated without it. Fix: put "
+            "back a copy (one lies beside the checkpoints when they live elsewhere, e.g. on Drive), or train the run "
+            f"again: python -m helpers.train --run-dir {run_dir} --overwrite"
+        )
+    return found
 
 
 def preset_from_run(run_dir, **overrides):
     """The Preset a run was trained with (its config.json), with optional changes (e.g. eval_size)."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
-    saved = json.loads(path.read_text())
+    saved = read_config(run_dir)
     preset_names = {f.name for f in dataclass_fields(Preset)} - {"name"}  # config.json also names the rewards
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in preset_names}
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return get_preset(saved["name"]).with_overrides(**fields)
 
 
+class _Scripted:
+    """An rng that answers make_problem's draws from a list: every question it could write, one at a time."""
+
+    def __init__(self, values):
+        self._values = iter(values)
+
+    def choice(self, seq):
+        return next(self._values)
+
+    def randint(self, lo, hi):
+        return next(self._values)
+
+
+@functools.lru_cache(maxsize=None)
+def _heldout_pool(op: str, level: int) -> int:
+    """Distinct held-out questions helpers.data.make_problem can write for one operation and level (a level-1 pool
+    in 0.05 s, a level-2 one in about 1 s): it draws a name, an item, two numbers and, at level 3, a third."""
+    lo, hi = data._RANGES[1 if level == 3 else level]
+    draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *([range(2, 10)] if level == 3 else [])]
+    return len({q for combo in itertools.product(*draws)
+                if data.split_of(q := data.make_problem(_Scripted(combo), op, level)["question"]) == "heldout"})
+
+
+def synthetic_heldout_count(levels, operations=data.OPERATIONS) -> int:
+    """How many questions helpers.data.synthetic_problems can give from the held-out split (any seed): row i is
+    operation i % O at level (i // O) % L, so the first row it cannot fill is the first whose pool is used up."""
+    o, n_levels = len(operations), len(levels)
+    return min(o * (k + n_levels * _heldout_pool(op, level)) + j
+               for j, op in enumerate(operations) for k, level in enumerate(levels))
+
+
+def heldout_count(preset) -> int:
+    """The held-out questions there are to evaluate on: GSM8K's test split, or the synthetic held-out split."""
+    if preset.dataset == "gsm8k":
+        return GSM8K_TEST_ROWS
+    return synthetic_heldout_count(tuple(preset.synthetic_levels))
+
+
+def check_eval_size(preset, run_eval_size: int) -> None:
+    """More questions than the held-out split holds: refused at once (the synthetic split searched for minutes
+    before giving up, and GSM8K's was cut to its 1319 rows without a word). Counted only above the run's own
+    eval_size, which helpers.train already evaluated."""
+    if preset.eval_size <= run_eval_size:
+        return
+    available = heldout_count(preset)
+    if preset.eval_size > available:
+        split = ("GSM8K's test split" if preset.dataset == "gsm8k" else
+                 f"the synthetic held-out split (levels {','.join(map(str, preset.synthetic_levels))})")
+        raise ValueError(f"--eval-size {preset.eval_size}: {split} has {available} questions. Fix: pass --eval-size "
+                         f"{available} or less (the run evaluated {run_eval_size})")
+
+
+def _write_problem(run_dir: Path) -> str | None:
+    """Why eval.json (and the folder's lock) cannot be written in run_dir, or None. A probe file, not os.access: as
+    root os.access says yes to a read-only mount. eval.json is opened to append nothing: it is left as it is."""
+    probe = run_dir / ".grpo-kit-write-test"
+    try:
+        with open(probe, "w"):
+            pass
+        probe.unlink()
+        if (run_dir / EVAL_FILE).exists():
+            with open(run_dir / EVAL_FILE, "a"):
+                pass
+    except OSError as err:
+        return f"{err.strerror or err}: {err.filename or run_dir}"
+    return None
+
+
+def check_writable(run_dir: Path) -> None:
+    """A read-only run folder is refused before minutes of evaluating end in a raw OSError on eval.json."""
+    if why := _write_problem(run_dir):
+        raise ValueError(f"--run-dir {run_dir} is not writable ({why}), and the evaluation writes {EVAL_FILE} "
+                         f"there. Fix: copy the run folder somewhere writable (cp -r {run_dir} runs/copy) and pass "
+                         "--run-dir runs/copy, or make it writable (chmod u+w)")
+
+
 def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = None, adapter=None,
                  eval_max_new_tokens: int | None = None) -> dict:
-    """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json."""
+    """Greedy before/after (before reused from before.json when it matches) + pass@k; writes eval.json. Holds the
+    run folder's lock (helpers.run.folder.RunLock) throughout: a training process in the folder writes eval.json
+    too, so a folder in use is refused, never written beside it."""
+    if problems := flag_problems(samples, ks, eval_size, eval_max_new_tokens):
+        raise ValueError(problems[0])
     run_dir = Path(run_dir)
-    preset = preset_from_run(run_dir, eval_size=eval_size, eval_max_new_tokens=eval_max_new_tokens)
+    trained = preset_from_run(run_dir)
+    preset = trained.with_overrides(**{k: v for k, v in (("eval_size", eval_size),
+                                                         ("eval_max_new_tokens", eval_max_new_tokens)) if v is not None})
     adapter = Path(adapter) if adapter is not None else run_dir / "adapter"
     if not (adapter / "adapter_config.json").is_file():
         raise FileNotFoundError(f"no saved adapter in {adapter}: train first (python -m helpers.train --run-dir "
                                 f"{run_dir}) or pass --adapter")
-    rows = heldout_questions(preset)
+    check_eval_size(preset, trained.eval_size)
+    check_writable(run_dir)
+    lock = RunLock(run_dir)  # RunDirError (a ValueError) naming the process that holds it
+    try:
+        return _evaluate(run_dir, preset, adapter, samples, ks)
+    finally:
+        lock.release()
+
+
+def _evaluate(run_dir: Path, preset, adapter: Path, samples: int, ks) -> dict:
+    rows = data.heldout_questions(preset)
     model, tokenizer = load_for_eval(preset, adapter)
     before = load_before(run_dir / "before.json", preset)
     say(("before: reusing before.json; evaluating with the adapter" if before else
@@ -55,7 +201,7 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
         say(f"sampled pass@k: {samples} samples per question, without and with the adapter ...")
         pass_k = pass_at_k_before_after(model, tokenizer, rows, preset, n=samples, ks=ks, adapter_path=adapter)
     report = eval_report(before, after, preset, pass_at_k=pass_k)
-    path = write_eval(run_dir / "eval.json", report)
+    path = write_eval(run_dir / EVAL_FILE, report)
     print(side_by_side_text(before, after, limit=3))
     if pass_k:
         for when in ("before", "after"):
@@ -65,19 +211,24 @@ def evaluate_run(run_dir, samples: int = 4, ks=None, eval_size: int | None = Non
     return report
 
 
+def _ks(text: str) -> list[int]:
+    """--k: whole numbers, comma-separated."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: k values are whole numbers, comma-separated. Fix: e.g. "
+                                         "--k 1,2,4") from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m helpers.evaluate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run-dir", type=Path, required=True, help="a folder written by helpers.train")
     ap.add_argument("--samples", type=int, default=4, help="sampled completions per question for pass@k (0: none)")
-    ap.add_argument("--k", type=lambda s: [int(x) for x in s.split(",")], help="k values, e.g. 1,2,4 (<= --samples)")
-    ap.add_argument("--eval-size", type=int, help="held-out questions (default: the run's)")
-    ap.add_argument("--eval-max-new-tokens", type=int)
+    ap.add_argument("--k", type=_ks, help="k values, e.g. 1,2,4 (each 1 to --samples)")
+    ap.add_argument("--eval-size", type=int, help="held-out questions, 1 to the split's size (default: the run's)")
+    ap.add_argument("--eval-max-new-tokens", type=int, help="1 or more (default: the run's)")
     ap.add_argument("--adapter", type=Path, help="adapter folder (default: <run-dir>/adapter)")
     args = ap.parse_args(argv)
-    if args.k and args.samples and max(args.k) > args.samples:
-        print(f"error: --k {max(args.k)} is larger than --samples {args.samples}; pass@k needs k <= samples",
-              file=sys.stderr)
-        return 2
     try:
         evaluate_run(args.run_dir, args.samples, args.k, args.eval_size, args.adapter, args.eval_max_new_tokens)
     except (FileNotFoundError, ValueError) as err:

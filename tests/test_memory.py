@@ -278,14 +278,14 @@ def _options_by_dest(parser) -> dict:
 
 def test_cli_spells_every_preset_field_as_helpers_train_does():
     from helpers.config import Preset
-    from helpers.memory.cli import build_parser
+    from helpers.memory.cli import CHECKED_PRESET_FIELDS, build_parser
     from helpers.memory.estimate import PRESET_FIELDS_READ
     from helpers.train import build_parser as train_parser
 
     preset_fields = {f.name for f in fields(Preset)}
     train, memory = _options_by_dest(train_parser()), _options_by_dest(build_parser())
-    assert {dest for dest in memory if dest in preset_fields} == set(PRESET_FIELDS_READ)
-    for name in PRESET_FIELDS_READ:
+    assert {dest for dest in memory if dest in preset_fields} == set(PRESET_FIELDS_READ) | set(CHECKED_PRESET_FIELDS)
+    for name in PRESET_FIELDS_READ + CHECKED_PRESET_FIELDS:
         assert memory[name] == train[name], name
     train_preset_flags = {flag for dest, flags in train.items() if dest in preset_fields for flag in flags}
     own = {flag for dest, flags in memory.items() if dest not in preset_fields for flag in flags}
@@ -337,6 +337,33 @@ def test_cli_bad_input_exit_code_2(args, word, capsys):
 def test_cli_bad_input_subprocess_exit_code():
     r = _cli("--model-name", "nope", "--json")
     assert r.returncode == 2 and "Fix:" in r.stderr
+
+
+@pytest.mark.parametrize("budget", ["-1", "0", "nan", "inf"])
+def test_cli_refuses_a_budget_that_is_not_a_positive_number_of_gb(budget, capsys):
+    """Issue 46: each was estimated ("does NOT fit, margin +nan GB", "fits, margin +inf GB") with exit 0."""
+    with pytest.raises(SystemExit) as stop:
+        memory_cli(["--budget-gb", budget, "--json"])
+    err = capsys.readouterr()
+    assert stop.value.code == 2 and err.out == ""
+    assert f"error: argument --budget-gb: '{budget}': the budget is the memory a run may use, a positive number " \
+           "of GB. Fix: e.g. --budget-gb 7" in err.err
+
+
+def test_cli_refuses_a_completion_longer_than_the_models_context():
+    """Issue 46: --max-completion-length 1000000000 was estimated at 597959 GB with exit 0. Prompt plus completion
+    must fit max_seq_length (helpers.train's rule, so a command line this accepts helpers.train accepts); the fix
+    names the flags, and the longer context is a what-if with --max-seq-length."""
+    r = _cli("--max-completion-length", "1000000000")
+    assert r.returncode == 2 and r.stdout == "", r.stdout
+    assert r.stderr.startswith("error: max_completion_length=1000000000: max_prompt_length (256) + "
+                               "max_completion_length (1000000000) is longer than max_seq_length (768)")
+    assert "Fix: shorten --max-completion-length to 512 or less, or pass --max-seq-length 1000000256" in r.stderr
+    docstring_example = ["--model-name", "qwen3-4b", "--num-generations", "4", "--batch-size", "4",
+                         "--max-completion-length", "1536", "--max-seq-length", "1792", "--gpu-memory-utilization",
+                         "0.9", "--json"]
+    assert memory_cli(docstring_example) == 0
+    assert memory_cli(docstring_example[:-5] + docstring_example[-3:]) == 2  # without --max-seq-length
 
 
 def test_plot_breakdown_draws_budget_and_card_lines():

@@ -1,7 +1,9 @@
 """Every refusal of `python -m helpers.train` comes before TRL (and transformers) is imported, within seconds; and the
-command line's conventions: underscores, TRL's flag names, `~`, a YAML --config, --print-config, --help."""
+command line's conventions: underscores, TRL's flag names, `~`, a YAML --config, --print-config, --help. Those of
+`python -m helpers.evaluate` too, with its run folder left as it was."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -175,3 +177,170 @@ def test_config_file_values_is_the_one_typed_reader(tmp_path):
     assert train.config_file_values(tmp_path / "c.yaml") == {"keep": 3, "synthetic_levels": (1, 2)}
     with pytest.raises(PresetError, match="cannot be read"):
         train.config_file_values(tmp_path / "missing.yaml")
+
+
+# ------------------------------------------------------------------ python -m helpers.evaluate (issue 46)
+
+HEAVY = ("torch", "transformers", "peft", "trl")
+
+
+def _evaluable_run(tmp_path) -> Path:
+    """A cpu run folder as helpers.evaluate reads it: config.json, an adapter (only its config is looked at before
+    the model loads) and an earlier eval.json that a refusal must leave alone."""
+    from helpers.config import get_preset
+
+    run = tmp_path / "run"
+    (run / "adapter").mkdir(parents=True)
+    config = dict(json.loads(json.dumps(get_preset("cpu").to_dict(), default=list)), reward_funcs=["correctness"])
+    (run / "config.json").write_text(json.dumps(config, indent=2))
+    (run / "adapter" / "adapter_config.json").write_text("{}")
+    (run / "eval.json").write_text('{"greedy": "the earlier evaluation"}')
+    return run
+
+
+def _files(folder: Path) -> dict:
+    """Every file under folder with its bytes and modification time: what "nothing written" compares."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _evaluate(*args, code=None):
+    """`python -m helpers.evaluate ARGS` (or the script `code` given ARGS) under -X importtime: (result, the heavy
+    libraries it imported)."""
+    command = ["-c", code] if code else ["-m", "helpers.evaluate"]
+    r = subprocess.run([sys.executable, "-X", "importtime", *command, *map(str, args)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert imported, "-X importtime printed nothing"
+    r.stderr = "\n".join(line for line in r.stderr.splitlines() if not line.startswith("import time:"))
+    return r, sorted(m for m in imported if m.split(".")[0] in HEAVY)
+
+
+EVALUATE_REFUSED = [
+    (["--k", "0"], "error: --k 0: each k must be 1 or more (pass@k draws k of the samples). Fix: pass e.g. --k 1,4"),
+    (["--samples", "-1"], "error: --samples -1: must be 0 (no pass@k) or more sampled completions per question. "
+                          "Fix: pass e.g. --samples 4, or --samples 0 to skip pass@k"),
+    (["--eval-size", "0"], "error: --eval-size 0: must be 1 or more. Fix: pass e.g. --eval-size 50"),
+    (["--eval-size", "-5"], "error: --eval-size -5: must be 1 or more. Fix:"),
+    (["--eval-max-new-tokens", "0"], "error: --eval-max-new-tokens 0: must be 1 or more. Fix:"),
+    (["--samples", "0", "--k", "2"], "error: --k 2 with --samples 0: pass@k needs sampled completions. Fix: pass "
+                                     "--samples 2"),
+    (["--k", "8"], "error: --k 8 is larger than --samples 4; pass@k needs k <= samples. Fix: pass --samples 8"),
+    (["--eval-size", "100000"], "error: --eval-size 100000: the synthetic held-out split (levels 1) has 7545 "
+                                "questions. Fix: pass --eval-size 7545 or less (the run evaluated 50)"),
+]
+
+
+@pytest.mark.parametrize("args, message", EVALUATE_REFUSED, ids=[" ".join(a) for a, _ in EVALUATE_REFUSED])
+def test_evaluate_refuses_a_flag_out_of_range_at_once(tmp_path, args, message):
+    """Issue 46: --k 0, --samples -1 and --eval-size 0 failed only after the model loaded and sampled ("1
+    completions for 0 questions"), --eval-size 100000 searched the synthetic split for minutes. Now: exit 2 naming
+    the flag, its value, the range and the fix, before torch or transformers is imported, the folder untouched."""
+    run = _evaluable_run(tmp_path)
+    before = _files(run)
+    r, heavy = _evaluate("--run-dir", run, *args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert heavy == [] and _files(run) == before
+
+
+def test_evaluate_refuses_a_cut_off_config_json_with_the_fix(tmp_path):
+    """A config.json cut off by a kill or a full disk (its first 40 bytes) gave JSONDecodeError's "Unterminated
+    string" traceback."""
+    run = _evaluable_run(tmp_path)
+    (run / "config.json").write_bytes((run / "config.json").read_bytes()[:40])
+    before = _files(run)
+    r, heavy = _evaluate("--run-dir", run)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith(f"error: {run / 'config.json'} is unreadable (JSONDecodeError: Unterminated string")
+    assert "it was cut off (a kill or a full disk while it was written) or edited" in r.stderr
+    assert "Fix: put back a copy" in r.stderr and f"python -m helpers.train --run-dir {run} --overwrite" in r.stderr
+    assert heavy == [] and _files(run) == before
+
+
+# Every write under the run folder fails as on a read-only folder or disk, even as root (chmod stops no root).
+READ_ONLY_EVALUATE = """
+import builtins, sys
+run, real_open = sys.argv[2], builtins.open
+
+def read_only(file, mode="r", *args, **kwargs):
+    if str(file).startswith(run) and set(mode) & set("wax+"):
+        raise PermissionError(13, "Permission denied", str(file))
+    return real_open(file, mode, *args, **kwargs)
+
+builtins.open = read_only
+from helpers.evaluate import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_evaluate_refuses_a_read_only_run_folder_before_the_model_loads(tmp_path):
+    """It evaluated for minutes, then died on a raw OSError writing eval.json."""
+    run = _evaluable_run(tmp_path)
+    before = _files(run)
+    r, heavy = _evaluate("--run-dir", run, code=READ_ONLY_EVALUATE)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: --run-dir {run} is not writable (Permission denied: {run}/" in r.stderr
+    assert f"Fix: copy the run folder somewhere writable (cp -r {run} runs/copy) and pass --run-dir runs/copy" in r.stderr
+    assert heavy == [] and _files(run) == before
+    run.chmod(0o555)  # the real thing, where chmod binds (not as root)
+    try:
+        if not os.access(run, os.W_OK):
+            r, heavy = _evaluate("--run-dir", run)
+            assert r.returncode == 2 and f"--run-dir {run} is not writable" in r.stderr and heavy == [], r.stderr
+    finally:
+        run.chmod(0o755)
+    assert _files(run) == before
+
+
+def test_evaluate_refuses_a_run_folder_another_process_writes(tmp_path):
+    """It took no lock: beside a training process it replaced the run's own eval.json. A folder whose RunLock
+    another process holds (here: this test's) is refused with RunLock's message, before the model loads."""
+    from helpers.run.folder import RunLock
+
+    run = _evaluable_run(tmp_path)
+    lock = RunLock(run)
+    try:
+        before = _files(run)
+        r, heavy = _evaluate("--run-dir", run)
+        after = _files(run)  # the holder's .grpo-kit.lock.json included: it goes with the release below
+    finally:
+        lock.release()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: --run-dir {run} is in use by process {os.getpid()}" in r.stderr
+    assert f"Fix: wait for it to finish, stop it (kill {os.getpid()}" in r.stderr
+    assert heavy == [] and after == before
+
+
+def test_evaluate_holds_the_lock_while_it_evaluates_and_releases_it(tmp_path, monkeypatch):
+    """The claim lasts from before the model loads to after eval.json is written, and goes with an error too."""
+    from helpers import evaluate
+    from helpers.run.folder import LOCK_INFO, RunLock
+
+    run = _evaluable_run(tmp_path)
+    seen = []
+
+    def evaluating(run_dir, preset, adapter, samples, ks):
+        seen.append(json.loads((run_dir / LOCK_INFO).read_text())["pid"])
+        if len(seen) == 2:
+            raise ValueError("stopped inside the evaluation")
+        return {"evaluated": preset.eval_size}
+
+    monkeypatch.setattr(evaluate, "_evaluate", evaluating)
+    assert evaluate.evaluate_run(run, eval_size=3) == {"evaluated": 3}
+    with pytest.raises(ValueError, match="stopped inside"):
+        evaluate.evaluate_run(run)
+    assert seen == [os.getpid()] * 2 and not (run / LOCK_INFO).exists()
+    RunLock(run).release()  # free again: taken and given back
+
+
+def test_the_held_out_count_is_what_the_synthetic_split_gives():
+    """helpers.evaluate's count of the synthetic held-out split is the exact number synthetic_problems can draw:
+    at it, it succeeds; one more, it gives up (the search that took minutes for --eval-size 100000)."""
+    from helpers.data import synthetic_problems
+    from helpers.evaluate import synthetic_heldout_count
+
+    assert synthetic_heldout_count((1,)) == 7545 and len(synthetic_problems(7545, "heldout")) == 7545
+    assert synthetic_heldout_count((1,), ("sub",)) == 1886 and len(synthetic_problems(1886, "heldout",
+                                                                                     operations=("sub",))) == 1886
+    with pytest.raises(ValueError, match="could not find 1887 distinct heldout problems"):
+        synthetic_problems(1887, "heldout", operations=("sub",))

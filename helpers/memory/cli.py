@@ -2,7 +2,7 @@
 
     python -m helpers.memory --preset t4
     python -m helpers.memory --model-name qwen3-4b --num-generations 4 --batch-size 4 \
-        --max-completion-length 1536 --gpu-memory-utilization 0.9 --json
+        --max-completion-length 1536 --max-seq-length 1792 --gpu-memory-utilization 0.9 --json
 
 A setting that is a helpers.config.Preset field has the flag `python -m helpers.train` gives it, generated from the
 same field (helpers/cli.py), so a command line moves between the two unchanged; the memory model's own settings
@@ -38,6 +38,9 @@ RENAMED_FLAGS = {
     "--quant": "--load-dtype 4bit|16bit|32bit (or --load-in-4bit / --no-load-in-4bit, as in python -m helpers.train)",
 }
 MEMORY_ONLY_FIELDS = ("load_dtype", "chunked_logits", "standby")  # MemorySettings fields with a flag of their own
+# Preset fields the memory model does not read but checks, so that a command line it accepts helpers.train accepts:
+# max_seq_length bounds prompt + completion (the model's context; Unsloth's max_seq_length).
+CHECKED_PRESET_FIELDS = ("max_seq_length",)
 
 
 def gpu_arg(text: str):
@@ -49,6 +52,19 @@ def gpu_arg(text: str):
     if not (math.isfinite(gb) and gb > 0):
         raise argparse.ArgumentTypeError(f"{text!r}: a card's memory must be a positive number of GB. Fix: e.g. "
                                          "--gpu 24, or a name such as --gpu l4")
+    return gb
+
+
+def budget_arg(text: str) -> float:
+    """--budget-gb: a positive, finite number of GB (-1, 0, nan and inf answered "does NOT fit, margin +nan")."""
+    try:
+        gb = float(text)
+    except ValueError:
+        gb = math.nan
+    if not (math.isfinite(gb) and gb > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget is the memory a run may use, a positive number of GB. "
+                                         f"Fix: e.g. --budget-gb {T4_BUDGET_GB:g} (the t4 preset's), or the card's "
+                                         "memory (--budget-gb 24)")
     return gb
 
 
@@ -66,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "presets' values)",
                                    f"--model-name: a hub id, one of {', '.join(MODELS)}, or a config.json path. "
                                    "--lora-rank 0: full fine-tuning (with --no-load-in-4bit).")
-    add_dataclass_flags(recipe, Preset, default_is_preset=True, only=PRESET_FIELDS_READ, prog=ap.prog)
+    add_dataclass_flags(recipe, Preset, default_is_preset=True, only=PRESET_FIELDS_READ + CHECKED_PRESET_FIELDS,
+                        prog=ap.prog)
     own = ap.add_argument_group("the memory model's own settings")
     own.add_argument("--load-dtype", choices=LOAD_DTYPES,
                      help="how the base weights are loaded (default: the preset's: cpu 32bit, load_in_4bit 4bit, "
@@ -78,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Unsloth's UNSLOTH_VLLM_STANDBY=1 (the kit turns it off): what it would change")
     own.add_argument("--gpu", default="t4", type=gpu_arg, metavar="NAME|GB",
                      help=f"the card: one of {', '.join(GPUS)}, or its memory in GB (e.g. 24)")
-    own.add_argument("--budget-gb", type=float, default=T4_BUDGET_GB)
+    own.add_argument("--budget-gb", type=budget_arg, default=T4_BUDGET_GB, metavar="GB",
+                     help=f"the memory the run may use (default {T4_BUDGET_GB:g}, the t4 preset's)")
     own.add_argument("--json", action="store_true", help='print {"peak_gb", "fits", "budget_gb", "components"}')
     for old in RENAMED_FLAGS:
         ap.add_argument(old, action=_RenamedFlag, nargs="?", help=argparse.SUPPRESS)
@@ -94,8 +112,25 @@ def settings_from_args(args: argparse.Namespace) -> MemorySettings:
         preset = get_preset(args.preset).with_overrides(**given_fields(args, Preset))
     except PresetError as err:
         raise MemoryModelError(str(err)) from None
+    check_context(preset)
     own = {name: getattr(args, name) for name in MEMORY_ONLY_FIELDS if getattr(args, name) is not None}
     return replace(settings_from_preset(preset), **own)
+
+
+def check_context(preset: Preset) -> None:
+    """Prompt plus completion within max_seq_length, as helpers.config's validation has it for helpers.train (which
+    this command does not run whole: it estimates what helpers.train refuses, e.g. full fine-tuning). Without it
+    --max-completion-length 1000000000 was estimated at 597959 GB instead of refused."""
+    prompt, completion, context = preset.max_prompt_length, preset.max_completion_length, preset.max_seq_length
+    if prompt + completion > context:
+        room = context - prompt
+        shorten = (f"shorten --max-completion-length to {room} or less" if room >= 1 else
+                   f"shorten --max-prompt-length to less than {context}")
+        raise MemoryModelError(
+            f"max_completion_length={completion!r}: max_prompt_length ({prompt}) + max_completion_length "
+            f"({completion}) is longer than max_seq_length ({context}), the model's context in this preset. Fix: "
+            f"{shorten}, or pass --max-seq-length {prompt + completion} if the model's own context (max_position_"
+            "embeddings in its config.json) holds that many tokens.")
 
 
 def main(argv=None) -> int:
