@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import re
 import shutil
 import sys
 import typing
@@ -24,6 +25,12 @@ PRESET_COLUMNS = ("cpu", "t4")  # the presets whose values --help shows for each
 
 
 METAVARS = {int: "N", float: "X", str: "TEXT"}  # short placeholders keep --help's lines short
+# TRL/transformers flags the kit does elsewhere: an "unrecognized arguments" error says where.
+ELSEWHERE = {
+    "--push-to-hub": "uploading to the Hugging Face Hub is notebook 06's last cell (helpers.sharing.push_folder: "
+                     "the adapter, private, with your token from Colab secrets or $HF_TOKEN), after the run",
+    "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run",
+}
 
 
 class KitArgumentParser(argparse.ArgumentParser):
@@ -34,6 +41,12 @@ class KitArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(
             prog, max_help_position=36, width=min(120, shutil.get_terminal_size().columns)))
         super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        """argparse's refusal (exit 2), plus where the kit does what an unrecognized TRL flag asked for."""
+        pointers = [f"{flag}: {where}" for flag, where in ELSEWHERE.items()
+                    if "unrecognized arguments" in message and re.search(rf"{flag}(=|\s|$)", message)]
+        super().error("; ".join([message, *pointers]))
 
     def parse_known_args(self, args=None, namespace=None):
         return super().parse_known_args([self._dashed(a) for a in (sys.argv[1:] if args is None else args)],
@@ -48,6 +61,9 @@ class KitArgumentParser(argparse.ArgumentParser):
 
 
 def _path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current folder: `--run-dir "$RUN"` with RUN unset
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?). Fix: give a folder, e.g. "
+                                         "runs/demo")
     return Path(text).expanduser()  # `--run-dir ~/x` is a folder in your home, not one named "~"
 
 

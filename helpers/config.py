@@ -586,7 +586,7 @@ def grpo_config_kwargs(preset: Preset, runtime: Runtime, output_dir: str = "runs
 
     save_steps: write a resumable checkpoint (adapter, optimizer, scheduler, RNG, trainer state) into
     output_dir/checkpoint-N every that many steps; None or 0 saves none. Old checkpoints are rotated by
-    helpers.run.checkpoints.KeepLastCheckpoints (which says what it removes), not by save_total_limit.
+    helpers.run.checkpoints.rotate (which says what it removes), not by save_total_limit.
     """
     p = preset
     on_cpu = p.backend.is_cpu

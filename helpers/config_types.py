@@ -33,6 +33,8 @@ def _parsed(kind, value):
     if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
     if kind is Path and isinstance(value, (str, Path)):
+        if not str(value).strip():
+            raise ValueError(value)  # Path("") is the current folder: an unset variable, not a choice
         return Path(value).expanduser()
     if kind in (int, float) and isinstance(value, str):
         return kind(value.strip())

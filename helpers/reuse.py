@@ -24,7 +24,13 @@ def write_atomically(path: Path, text: str) -> None:
     """Written beside its place and renamed, so a reader never sees half a file (two runs at once, a kill)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as f:
-        f.write(text)
+        try:
+            f.write(text)
+            f.flush()
+        except BaseException:  # a full disk, a kill: no half-written file left beside it either
+            f.close()
+            os.unlink(f.name)
+            raise
     os.replace(f.name, path)
 
 

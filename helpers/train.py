@@ -8,8 +8,10 @@ every field of helpers.run.options.RunOptions. The run itself is helpers.run.pip
 05 calls cell by cell. Writes metrics.jsonl (one line per step), reward_curve.png, samples.jsonl (before/after
 answers to the same questions), adapter/ (the LoRA adapter), config.json and summary.json.
 
-Every value is checked, and the reward modules imported, before TRL is: a refusal comes in a second or two, not
-after the TRL import (seconds) or the model load.
+Every value is checked, the reward functions imported and tried on a sample group, and the run folder claimed (one
+process at a time; fresh, resumed or refused) before TRL is imported: a refusal comes in a second or two, not after
+the TRL import (seconds) or the model load. Ctrl-C, SIGTERM and SIGHUP (a scheduler, `timeout`, a closed terminal,
+Colab) stop the run alike: the resume line, the folder released, exit 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -28,8 +32,9 @@ from helpers import runtime as rt
 from helpers.cli import KitArgumentParser, add_dataclass_flags, add_field_flag, given_fields
 from helpers.config import Preset, PresetError, get_preset, typed_fields
 from helpers.run import guard
+from helpers.run.folder import RunDirError, plan_folder
 from helpers.run.options import DASHBOARD_MODES, RunOptions
-from helpers.run.reward_specs import resolve_rewards
+from helpers.run.reward_specs import resolve_rewards, try_rewards
 
 EPILOG = ("Every flag also takes its underscore spelling (--max_steps). --config FILE reads a YAML file whose keys are "
           "the field names (flags given here override it); --print-config shows what a command resolves to, in a "
@@ -145,8 +150,8 @@ def _refuse(err: Exception) -> int:
 
 
 def _checked(argv):
-    """(preset, options, reward functions), every value checked and the reward modules imported, or an exit code:
-    nothing here imports TRL or transformers (tests/test_validation_early.py holds it to that)."""
+    """(preset, options, reward functions, runtime, run folder), every value checked, the rewards tried and the
+    folder claimed, or an exit code: nothing here imports TRL or transformers (tests/test_validation_early.py)."""
     try:
         args = parse_args(argv)
         preset = get_preset(args.preset, **overrides_from(args))
@@ -156,31 +161,60 @@ def _checked(argv):
             return 0
         # several processes under accelerate launch: the batch is checked against their count (WORLD_SIZE, as
         # helpers.run.distributed.process_info reads it; that module imports transformers)
+        world_size = int(os.environ.get("WORLD_SIZE", 1))
+        if preset.num_processes > 1 and world_size == 1:
+            raise PresetError(
+                f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
+                f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
+                f"{preset.num_processes} -m helpers.train ... (docs/scale-out.md), or --num-processes 1")
         runtime = rt.detect()  # once: run_all gets it too
-        guard.check_before_loading(preset, runtime, num_processes=int(os.environ.get("WORLD_SIZE", 1)),
+        guard.check_before_loading(preset, runtime, num_processes=world_size,
                                    options=options)  # on the GPU path this imports Unsloth, before TRL
-        return preset, options, resolve_rewards(options.rewards), runtime
-    except (PresetError, rt.RuntimeProblem) as err:
+        reward_funcs = resolve_rewards(options.rewards)
+        try_rewards(reward_funcs, preset, options.reward_timeout)
+        # one process: the folder is claimed here; several: process 0 plans it for all of them in start()
+        folder = plan_folder(preset, options, reward_funcs) if world_size == 1 else None
+        return preset, options, reward_funcs, runtime, folder
+    except (PresetError, RunDirError, rt.RuntimeProblem) as err:
         return _refuse(err)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is, so it stops as Ctrl-C does (the resume line, the folder
+    released by the normal way out)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
 def main(argv=None) -> int:
+    main_thread = threading.current_thread() is threading.main_thread()  # handlers can be set only there
+    answered = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
     try:
         checked = _checked(argv)
         if isinstance(checked, int):
             return checked
-        preset, options, reward_funcs, runtime = checked
-        from helpers.run.folder import RunDirError  # these import transformers and TRL: after the checks above
-        from helpers.run.pipeline import run_all
+        preset, options, reward_funcs, runtime, folder = checked
+        from helpers.run.pipeline import run_all  # imports transformers and TRL: after the checks above
 
         try:
-            summary = run_all(preset, options, reward_funcs=reward_funcs, runtime=runtime)
+            summary = run_all(preset, options, reward_funcs=reward_funcs, runtime=runtime, folder=folder)
         except (PresetError, RunDirError, rt.RuntimeProblem) as err:
             return _refuse(err)
         return 0 if summary.get("status", "finished") == "finished" else 1  # stopped (NaN, bad rewards): exit 1
-    except KeyboardInterrupt:
-        print("\n[grpo-kit] stopped by Ctrl-C", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", signal.SIGINT)
+        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n[grpo-kit] stopped by {how}; run the same command again to continue this run", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        for s, handler in answered.items():
+            signal.signal(s, handler)
 
 
 if __name__ == "__main__":

@@ -83,12 +83,12 @@ def test_rotation_keeps_the_last_k_complete_and_says_so(tmp_path):
     broken = tmp_path / "checkpoint-0"
     broken.mkdir()
     said = []
-    removed = ck.KeepLastCheckpoints(tmp_path, keep=2, say=said.append).rotate()
+    removed = ck.rotate(tmp_path, keep=2, say=said.append)
     assert [p.name for p in removed] == ["checkpoint-1", "checkpoint-2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-0", "checkpoint-3", "checkpoint-4"]
     assert "removed checkpoint-1, checkpoint-2" in said[0] and "keeping the last 2" in said[0]
     with pytest.raises(ValueError, match="keep at least 1"):
-        ck.KeepLastCheckpoints(tmp_path, keep=0)
+        ck.rotate(tmp_path, keep=0)
 
 
 def test_trim_metrics_moves_later_steps_aside(tmp_path):

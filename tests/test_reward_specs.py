@@ -3,11 +3,16 @@ or 05 loads RUN_DIR/my_rewards.py (course.load_rewards); both refuse a broken fi
 fix, a missing name, and a name that holds no function."""
 
 import sys
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
-from helpers.config import PresetError
-from helpers.run.reward_specs import load_reward_functions, resolve_rewards
+from helpers.config import PresetError, get_preset
+from helpers.rewards import DEFAULT_REWARDS
+from helpers.run import reward_specs
+from helpers.run.reward_specs import RewardError, load_reward_functions, resolve_rewards, try_rewards, watch_rewards
 from helpers.teaching import course
 
 OWN = ("from helpers.rewards import answer_of\n\n"
@@ -58,3 +63,66 @@ def test_an_import_that_fails_inside_the_file_names_the_file_and_the_fix(tmp_pat
     with pytest.raises(PresetError, match=r"cannot import name 'no_such_helper'.*Fix: correct that import in .*"
                                           r"my_rewards.py and run this cell again"):
         load_reward_functions(tmp_path / "my_rewards.py", again="run this cell again")
+
+
+# ------------------------------------------------- tried on a sample group before the model loads, watched after
+
+def _reward(body: str, name: str = "my_reward"):
+    """A reward function written as a student would, in a file of its own (so its line can be named)."""
+    namespace = {}
+    code = compile(f"import time\ndef {name}(prompts, completions, answer, **kw):\n{body}\n", f"{name}.py", "exec")
+    exec(code, namespace)  # noqa: S102 - the stand-in student's file
+    return namespace[name]
+
+
+@pytest.mark.parametrize("body, said", [
+    ("    return [1.0 / 0 for c in completions]", "raised ZeroDivisionError: float division by zero (my_reward.py, line 3)"),
+    ("    completions.clear()\n    return []", "changed its argument completions"),
+    ("    return [1.0]", "returned 1 rewards for 4 completions"),
+    ("    return 1.0", "returned float 1.0, not a list of numbers"),
+    ("    return ['1.0' for c in completions]", "returned '1.0' (str) among its rewards, not a number"),
+    ("    answer[0] = 'x'\n    return [0.0 for c in completions]", "changed its argument the dataset's columns"),
+])
+def test_a_broken_reward_is_refused_on_a_sample_group_naming_the_function_and_the_fix(body, said):
+    with pytest.raises(RewardError) as err:
+        try_rewards([_reward(body)], get_preset("cpu", num_generations=4, per_device_train_batch_size=4))
+    assert said in str(err.value) and "reward function my_reward" in str(err.value) and "Fix:" in str(err.value)
+    assert "before loading the model" in str(err.value)
+
+
+def test_the_kits_rewards_and_a_correct_student_reward_pass_the_sample_group():
+    good = _reward("    return [float(answer[i] in c[0]['content']) for i, c in enumerate(completions)]")
+    try_rewards([*DEFAULT_REWARDS, good], get_preset("cpu"))
+    try_rewards(list(DEFAULT_REWARDS), get_preset("t4"))  # GSM8K's columns
+
+
+def test_a_reward_that_never_returns_is_stopped_at_the_limit_with_the_fix():
+    start = time.perf_counter()
+    with pytest.raises(RewardError, match=r"my_reward \(my_reward.py, line 2\) ran for more than 1 s .*--reward-timeout"):
+        try_rewards([_reward("    time.sleep(60)")], get_preset("cpu"), limit_s=1)
+    assert time.perf_counter() - start < 10
+
+
+def test_a_long_reward_call_in_training_says_so_and_the_limit_stops_it_in_any_thread(monkeypatch, capsys):
+    """During training (watch_rewards around the trainer's own list): a heartbeat while a call runs, its name kept for
+    TRL's logs, and the limit also where the call runs outside the main thread."""
+    monkeypatch.setattr(reward_specs, "REWARD_HEARTBEAT_S", 0.3)
+    slow, hang = _reward("    time.sleep(1.0)\n    return [0.0]", "slow_reward"), _reward("    while True:\n        pass",
+                                                                                           "hang_reward")
+    trainer = SimpleNamespace(reward_funcs=[slow, hang], state=SimpleNamespace(global_step=3))
+    watch_rewards(trainer, limit_s=2)
+    assert [f.__name__ for f in trainer.reward_funcs] == ["slow_reward", "hang_reward"]
+    assert trainer.reward_funcs[0](prompts=[], completions=[], answer=[]) == [0.0]
+    assert "reward function slow_reward has been running for 0 s on one group at step 3" in capsys.readouterr().out
+    errors = []
+
+    def in_a_thread():
+        try:
+            trainer.reward_funcs[1](prompts=[], completions=[], answer=[])
+        except RewardError as err:
+            errors.append(str(err))
+
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive() and "hang_reward" in errors[0] and "ran for more than 2 s" in errors[0]

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config import get_preset
+from helpers import runtime as rt
+from helpers.config import PresetError, get_preset
 from helpers.run import checkpoints as ck
 from helpers.run import folder as fo
-from helpers.run import pipeline
+from helpers.run import guard, pipeline
 from helpers.run.folder import RunDirError, plan_run_folder
+from helpers.run.options import RunOptions
 from tests.test_checkpoints import CONFIG, make_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,13 +102,96 @@ def test_a_second_process_is_refused_at_once_naming_the_holder_and_a_killed_hold
     assert not (run / fo.LOCK_INFO).exists() and _lock_from_another_process(run) == "free"
 
 
+def _heavy_imports(stderr: str) -> set[str]:
+    """The trl, transformers and peft modules `python -X importtime` says were imported."""
+    names = {line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+    return {m for m in names if m.split(".")[0] in ("trl", "transformers", "peft")}
+
+
 def test_the_command_line_refuses_a_folder_another_process_trains_in(holder):
+    """In seconds, before TRL (or transformers) is imported: the folder is claimed before the pipeline loads."""
     run, proc = holder
-    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--run-dir", str(run)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    start = time.perf_counter()
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "helpers.train", "--preset", "cpu", "--run-dir",
+                        str(run)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert f"in use by process {proc.pid}" in r.stderr and "Fix: wait for it to finish" in r.stderr
     assert not (run / "config.json").exists()  # nothing written beside the holder's run
+    assert _heavy_imports(r.stderr) == set() and time.perf_counter() - start < 10
+
+
+def test_a_finished_run_and_other_settings_are_refused_before_trl(tmp_path):
+    """The resume refusals, too, come before TRL's import: a finished run, and an unfinished one with other settings
+    (whose message says config.json may have been edited, not only "run the same command")."""
+    finished, other = tmp_path / "finished", tmp_path / "other"
+    for run in (finished, other):
+        run.mkdir()
+        (run / "config.json").write_text(json.dumps(pipeline.run_config(get_preset("cpu"), [])))
+    (finished / "summary.json").write_text(json.dumps({"status": "finished", "steps": 40}))
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "learning_rate": 0.5}))  # edited by hand
+    (other / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.1}) + "\n")  # it trained a step
+    for run, flags, said in ((finished, [], "already holds a finished run of 40 steps"),
+                             (other, ["--reward", "helpers.rewards:DEFAULT_REWARDS"], "or config.json was edited")):
+        before = {p.name: p.read_bytes() for p in run.iterdir()}
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "helpers.train", "--preset", "cpu", "--run-dir",
+                            str(run), *flags], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and said in r.stderr and "Fix:" in r.stderr, r.stderr[-1500:]
+        assert _heavy_imports(r.stderr) == set()
+        after = {p.name: p.read_bytes() for p in run.iterdir() if p.name != fo.LOCK_FILE}  # the empty flock file
+        assert after == before  # nothing written, nothing lost
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, signum):
+    """What a scheduler, `timeout`, a closed terminal or Colab sends: the kit's line with how to continue, the
+    folder's lock released, exit 128 + the signal's number (143, 129), no traceback."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--max-steps", "2",
+                             "--run-dir", str(run)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 120
+        while not (run / fo.LOCK_INFO).exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)  # claimed: the folder is the run's now
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert f"stopped by {signal.Signals(signum).name}" in err and "run the same command again" in err
+    assert "Traceback" not in err
+    assert not (run / fo.LOCK_INFO).exists() and _lock_from_another_process(run) == "free"
+
+
+@pytest.mark.parametrize("given", ["", " ", ".", "KIT", "ABOVE"])
+def test_an_empty_run_dir_or_the_kits_own_folder_is_refused_before_anything_is_written(tmp_path, given):
+    """`--run-dir "$RUN"` with RUN unset trained into the kit's root: an empty path, the kit's checkout and any folder
+    above it are refused (exit 2, the fix), and the kit's folder is left as it was."""
+    value = {"KIT": str(ROOT), "ABOVE": str(ROOT.parent)}.get(given, given)
+    listing = sorted(p.name for p in ROOT.iterdir())
+    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--max-steps", "1", "--run-dir",
+                        value], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert ("an empty path" if not given.strip() else "is the kit's own folder") in r.stderr
+    assert "Fix:" in r.stderr and "runs/demo" in r.stderr
+    assert sorted(p.name for p in ROOT.iterdir()) == listing  # no config.json, lock or adapter/ beside README.md
+    with pytest.raises(PresetError, match="run_dir='': is the text '', not a folder path"):
+        guard.validate_options(RunOptions(run_dir=""), rt.detect())  # a notebook's RunOptions, too
+
+
+def test_a_stale_lock_from_another_machine_is_not_called_dead(tmp_path, capsys):
+    """A flock is held per machine: the kit cannot know whether a process on another host still runs."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / fo.LOCK_INFO).write_text(json.dumps({"pid": 4242, "host": "other-box", "started": "2026-11-28 10:00:00"}))
+    folder = plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
+    said = capsys.readouterr().out
+    folder.release()
+    assert "last written by process 4242 on another machine, other-box" in said
+    assert "no longer running" not in said and "make sure that run is no longer training" in said
 
 
 def test_the_same_process_may_claim_its_folder_again_until_the_last_claim_goes(tmp_path):
@@ -262,7 +347,8 @@ def test_train_restores_a_finished_checkpoint_instead_of_training(tmp_path, monk
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2,
                                                          "log_history": [{"step": 2, "loss": 0.1}]}))
     trainer = types.SimpleNamespace(model=tiny(), state=None, train=lambda **k: pytest.fail("trained again"))
-    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", folder=fo.RunFolder(tmp_path, tmp_path / "trainer",
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(),
+                                  folder=fo.RunFolder(tmp_path, tmp_path / "trainer",
                                                                    ck.list_checkpoints(tmp_path / "trainer")[0],
                                                                    continuing=True, training_done=True))
     monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
@@ -440,9 +526,64 @@ def test_a_checkpoint_without_an_adapter_at_max_steps_is_the_kits_error_not_a_tr
     ckpt = make_checkpoint(tmp_path / "trainer", 2)
     (ckpt / "adapter_model.safetensors").unlink(missing_ok=True)
     trainer = types.SimpleNamespace(model=None, state=None, train=lambda **k: pytest.fail("trained again"))
-    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", folder=fo.RunFolder(
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(), folder=fo.RunFolder(
         tmp_path, tmp_path / "trainer", ck.list_checkpoints(tmp_path / "trainer")[0], continuing=True,
         training_done=True))
     monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
     with pytest.raises(RunDirError, match="adapter_model.safetensors"):
         pipeline.train(state, trainer)
+
+
+class _FullDiskModel:
+    """save_pretrained writes part of the adapter, then the disk is full (what safetensors says, not an OSError)."""
+
+    def save_pretrained(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        Path(path, "adapter_config.json").write_text("{}")
+        raise Exception("No space left on device (os error 28)")  # safetensors' SafetensorError is no OSError
+
+
+def test_a_full_disk_while_writing_the_adapter_keeps_the_earlier_one_and_leaves_no_half(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"earlier")
+    with pytest.raises(Exception, match="os error 28"):
+        pipeline._save_adapter_beside(_FullDiskModel(), None, adapter)
+    assert (adapter / "adapter_model.safetensors").read_bytes() == b"earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]  # no adapter.partial left behind
+
+
+def test_a_full_disk_in_finish_is_the_kits_message_with_free_space_and_the_resume(tmp_path, monkeypatch):
+    state = _state_with_checkpoint(tmp_path)
+
+    def full(*args):
+        raise Exception("No space left on device (os error 28)")
+
+    monkeypatch.setattr(pipeline, "_finish", full)
+    with pytest.raises(RunDirError) as err:
+        pipeline.finish(state, _trainer_raising(None), [], None)
+    text = str(err.value)
+    assert text.startswith("the disk is full: writing the results in") and "GB free" in text
+    assert "Nothing trained is lost" in text and "resumes from checkpoint-2 (step 2)" in text
+    assert ck.list_checkpoints(state.folder.checkpoint_dir)[0].path.is_dir()
+    state.folder.release()
+
+
+def test_a_full_disk_on_the_rerun_loses_no_metrics(tmp_path, monkeypatch):
+    """Resuming moves the metrics of the steps after the checkpoint aside: a full disk there is the kit's message,
+    and metrics.jsonl is left whole (it was rewritten in place before)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(CONFIG))
+    make_checkpoint(run / "trainer", 2)
+    rows = "".join(json.dumps({"step": s, "reward": s}) + "\n" for s in (1, 2, 3))
+    (run / "metrics.jsonl").write_text(rows)
+
+    def full(path, text):
+        Path(path).write_text(text[:5])  # what a write cut short by a full disk leaves: here, never in place
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck, "write_atomically", lambda path, text: full(tmp_path / "elsewhere", text))
+    with pytest.raises(RunDirError, match=r"the disk is full: moving the metrics .*GB free.*Nothing was lost"):
+        plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
+    assert (run / "metrics.jsonl").read_text() == rows

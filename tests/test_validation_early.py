@@ -29,8 +29,35 @@ REFUSED = [
     (["--synthetic-levels", "99"], "synthetic_levels=(99,): the synthetic dataset has levels 1, 2, 3"),
     (["--logging-steps", "5", "--max-steps", "2"], "logging_steps=5: is more than max_steps (2)"),
     (["--drive"], "--drive: Google Drive is mounted only on Colab"),
-    (["--reward", "broken_rewards:brevity"], "broken_rewards.py, line 1 is not valid Python (expected ':')"),
+    # issue 46: a recipe for several processes started as one; a limit that is no limit; rewards tried before loading
+    (["--num-processes", "2"], "num_processes=2, but this is one process"),
+    (["--reward-timeout", "-1"], "--reward-timeout -1.0: is not a number of seconds >= 0"),
+    (["--reward", "broken_rewards:raising_reward"], "raised AttributeError: 'list' object has no attribute 'strip'"),
+    (["--reward", "broken_rewards:emptying_reward"], "changed its argument completions"),
+    (["--reward", "broken_rewards:one_reward"], "returned 1 rewards for 8 completions"),
+    (["--reward", "broken_rewards:text_reward"], "returned 'good' (str) among its rewards, not a number"),
+    (["--reward", "broken_rewards:sleeping_reward", "--reward-timeout", "1"], "ran for more than 1 s on one group"),
+    (["--reward", "syntax_rewards:brevity"], "syntax_rewards.py, line 1 is not valid Python (expected ':')"),
 ]
+BROKEN_REWARDS = """import time
+
+def raising_reward(completions, answer, **kw):
+    return [float(c.strip() == answer[0]) for c in completions]  # a chat completion is a list of messages
+
+def emptying_reward(completions, **kw):
+    completions.clear()
+    return []
+
+def one_reward(completions, **kw):
+    return [1.0]
+
+def text_reward(completions, **kw):
+    return ["good" for c in completions]
+
+def sleeping_reward(completions, **kw):
+    time.sleep(30)
+    return [0.0 for c in completions]
+"""
 
 
 def test_beta_nan_is_refused_in_seconds_without_importing_trl(tmp_path):
@@ -50,7 +77,8 @@ def test_beta_nan_is_refused_in_seconds_without_importing_trl(tmp_path):
 def test_every_early_refusal_imports_no_trl_and_creates_nothing(tmp_path):
     """In a fresh interpreter: main() for each case of REFUSED returns 2 with its message, sys.modules holds no trl,
     transformers or peft afterwards, and no run folder was made."""
-    (tmp_path / "broken_rewards.py").write_text("def brevity(prompts, completions, **kw)\n    return [0.0]\n")
+    (tmp_path / "syntax_rewards.py").write_text("def brevity(prompts, completions, **kw)\n    return [0.0]\n")
+    (tmp_path / "broken_rewards.py").write_text(BROKEN_REWARDS)
     script = textwrap.dedent(f"""
         import contextlib, io, json, sys, time
         sys.path.insert(0, {str(tmp_path)!r})
@@ -72,7 +100,8 @@ def test_every_early_refusal_imports_no_trl_and_creates_nothing(tmp_path):
     for (args, message), (rc, stderr, seconds) in zip(REFUSED, report["results"]):
         assert rc == 2 and message in stderr and "Fix:" in stderr and "Traceback" not in stderr, (args, stderr)
         assert seconds < 10, (args, seconds)
-    assert str(tmp_path / "broken_rewards.py") in report["results"][-1][1]
+    assert str(tmp_path / "syntax_rewards.py") in report["results"][-1][1]
+    assert str(tmp_path / "broken_rewards.py") in report["results"][-6][1]  # the function's file and line
     assert not (tmp_path / "run").exists()
 
 

@@ -8,8 +8,11 @@
 Every `save_steps` steps the Trainer writes `checkpoint-N/` (LoRA adapter, optimizer, scheduler, RNG state and
 `trainer_state.json`, which it writes LAST). A kill can leave the newest folder half-written, so before resuming
 every folder is checked (`checkpoint_problems`): a partial or corrupt one is named, moved aside (never loaded,
-never deleted) and the newest complete one is used. `KeepLastCheckpoints` removes older complete checkpoints,
-saying which, so only the last `keep` stay on disk.
+never deleted) and the newest complete one is used. `rotate` removes older complete checkpoints, saying which,
+so only the last `keep` stay on disk (the pipeline calls it after each save).
+
+Nothing here imports torch, transformers or peft at module level: the run folder's refusals (helpers.run.folder)
+come before TRL's import, in seconds.
 
 On Colab a disconnect wipes the VM's disk: `checkpoint_root(use_drive=True)` mounts Google Drive (only when asked,
 only on Colab) and returns a folder there; elsewhere checkpoints live inside the run folder.
@@ -29,11 +32,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from peft import set_peft_model_state_dict
-from safetensors.torch import load_file
-from transformers import TrainerCallback, TrainerState
-
 from helpers.messages import say
+from helpers.reuse import write_atomically
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
 CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
@@ -220,31 +220,21 @@ def set_aside(ckpt: Checkpoint, say=say) -> Path:
 # -------------------------------------------------------------------------------------------- rotation
 
 
-class KeepLastCheckpoints(TrainerCallback):
-    """After each save keep the newest `keep` complete checkpoints and remove older complete ones, saying which.
+def rotate(root, keep: int, say=say) -> list[Path]:
+    """Keep the newest `keep` complete checkpoints in `root` and remove older complete ones, saying which.
 
     Used instead of TrainingArguments.save_total_limit so that every removal is printed and an incomplete folder
-    (which may hold someone's only copy of something) is never removed by rotation.
-    """
-
-    def __init__(self, root, keep: int, say=say):
-        if keep < 1:
-            raise ValueError(f"keep={keep}: keep at least 1 checkpoint, or resume has nothing to start from")
-        self.root, self.keep, self.say = Path(root), keep, say
-
-    def rotate(self) -> list[Path]:
-        complete = [c for c in list_checkpoints(self.root) if c.complete]
-        old = complete[: max(0, len(complete) - self.keep)]
-        for ckpt in old:
-            shutil.rmtree(ckpt.path)
-        if old:
-            kept = ", ".join(c.path.name for c in complete[len(old):])
-            self.say(f"removed {', '.join(c.path.name for c in old)} (keeping the last {self.keep}: {kept})")
-        return [c.path for c in old]
-
-    def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            self.rotate()
+    (which may hold someone's only copy of something) is never removed by rotation."""
+    if keep < 1:
+        raise ValueError(f"keep={keep}: keep at least 1 checkpoint, or resume has nothing to start from")
+    complete = [c for c in list_checkpoints(root) if c.complete]
+    old = complete[: max(0, len(complete) - keep)]
+    for ckpt in old:
+        shutil.rmtree(ckpt.path)
+    if old:
+        kept = ", ".join(c.path.name for c in complete[len(old):])
+        say(f"removed {', '.join(c.path.name for c in old)} (keeping the last {keep}: {kept})")
+    return [c.path for c in old]
 
 
 # -------------------------------------------------------------------------------------- metrics on resume
@@ -269,7 +259,7 @@ def trim_metrics(path, step: int, say=say) -> int:
     if later:
         with open(path.with_name("metrics.redone.jsonl"), "a") as f:
             f.write("\n".join(later) + "\n")
-        path.write_text("".join(line + "\n" for line in keep))
+        write_atomically(path, "".join(line + "\n" for line in keep))  # a full disk leaves it whole
         say(f"moved {len(later)} metrics line(s) logged after step {step} to metrics.redone.jsonl "
             "(those steps run again now)")
     return len(later)
@@ -297,15 +287,15 @@ def resume_point(root, save_steps: int) -> str:
 
 
 def disk_full(err: BaseException) -> bool:
-    """A write failed for lack of space: OSError ENOSPC, or torch.save's RuntimeError ("unexpected pos ...",
-    "No space left on device"), looked for along the exception's causes."""
+    """A write failed for lack of space: OSError ENOSPC, or a library's own error that says so (torch.save's
+    RuntimeError "unexpected pos ...", safetensors' SafetensorError "No space left on device (os error 28)"), looked
+    for along the exception's causes."""
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno == errno.ENOSPC:
             return True
-        if isinstance(err, (OSError, RuntimeError)) and any(s in str(err) for s in ("unexpected pos",
-                                                                                   "No space left")):
+        if any(s in str(err) for s in ("unexpected pos", "No space left", "os error 28")):
             return True
         err = err.__cause__ or err.__context__
     return False
@@ -330,6 +320,10 @@ def restore_trained(trainer, folder) -> None:
     if not weights.is_file():
         raise ValueError(f"{folder} holds no adapter_model.safetensors: only a LoRA checkpoint can be restored "
                          "without training. Fix: pass --overwrite to train the run again.")
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import TrainerState
+
     result = set_peft_model_state_dict(trainer.model, load_file(str(weights)))
     unexpected = getattr(result, "unexpected_keys", None)
     if unexpected:

@@ -125,9 +125,16 @@ def _acquire(path: Path) -> FileLock:
             "choose another --run-dir."
         ) from None
     earlier = _holder(info)
-    if earlier.get("pid") and not (earlier.get("pid") == os.getpid() and earlier.get("host") == socket.gethostname()):
-        say(f"cleared a stale lock on {path.parent}: process {earlier['pid']} on {earlier.get('host')} (started "
-            f"{earlier.get('started')}) is no longer running")
+    here = socket.gethostname()
+    if earlier.get("pid") and not (earlier.get("pid") == os.getpid() and earlier.get("host") == here):
+        if earlier.get("host") in (None, here):
+            say(f"cleared a stale lock on {path.parent}: process {earlier['pid']} (started {earlier.get('started')}) "
+                "is no longer running")
+        else:  # a lock is held per machine: one on another host that shares this disk cannot be seen from here
+            say(f"took over the lock on {path.parent} last written by process {earlier['pid']} on another machine, "
+                f"{earlier.get('host')} (started {earlier.get('started')}): no process on this machine holds it, but "
+                f"the kit cannot see {earlier.get('host')}'s processes. If that machine shares this folder (a network "
+                "disk, Drive), make sure that run is no longer training before going on")
     info.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                 "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                 "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else ""}))
@@ -304,9 +311,11 @@ def _plan(run_dir: Path, ckpt_dir: Path, overwrite: bool, resume: bool | None, c
         return RunFolder(run_dir, ckpt_dir)
     if diff:
         raise RunDirError(
-            f"--run-dir {run_dir} holds an unfinished run with other settings ({'; '.join(diff)}); continuing it "
-            "would mix two recipes. Fix: run the same command as the first time, choose a new --run-dir, or "
-            "pass --overwrite to start over."
+            f"--run-dir {run_dir} holds an unfinished run whose config.json has other settings ({'; '.join(diff)}); "
+            "continuing it would mix two recipes. Either this command differs from the first start's, or config.json "
+            "was edited since (the kit writes it once, at the first start). Fix: run the first start's command (if "
+            "config.json was edited, put its old values back), choose a new --run-dir, or pass --overwrite to start "
+            "over."
         )
     return _continue(run_dir, ckpt_dir, ckpts, (config or {}).get("max_steps"))
 
@@ -443,8 +452,40 @@ def _continue(run_dir: Path, ckpt_dir: Path, ckpts: list, max_steps: int | None)
         say(f"resuming from step {step} ({latest.path})")
     else:
         say("this run stopped before its first complete checkpoint: continuing it from step 0")
-    ck.trim_metrics(run_dir / "metrics.jsonl", step)
+    try:
+        ck.trim_metrics(run_dir / "metrics.jsonl", step)
+    except OSError as err:
+        if not ck.disk_full(err):
+            raise
+        raise RunDirError(f"the disk is full: moving the metrics of the steps after {step} to metrics.redone.jsonl "
+                          f"failed ({ck.free_gb(run_dir):.1f} GB free). Nothing was lost: metrics.jsonl and the "
+                          f"checkpoints in {ckpt_dir} are as they were. Fix: free some space (old runs, exports), then "
+                          "run the same command again.") from None
     return RunFolder(run_dir, ckpt_dir, latest, continuing=True, training_done=done)
+
+
+def reward_names(reward_funcs) -> list[str]:
+    """The names TRL logs the rewards under (rewards/<name>/mean), as config.json lists them."""
+    return [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
+
+
+def run_config(preset: Preset, reward_funcs) -> dict:
+    """What config.json holds: every Preset field, and the reward functions by name."""
+    config = json.loads(json.dumps(preset.to_dict(), default=list))
+    config["reward_funcs"] = reward_names(reward_funcs)
+    return config
+
+
+def plan_folder(preset: Preset, options, reward_funcs) -> RunFolder:
+    """plan_run_folder for these settings (RunOptions): the folder, its checkpoints (Drive when asked) and the
+    config.json a resume is compared with. `python -m helpers.train` calls it before TRL is imported, so a folder in
+    use, a finished run or other settings are refused in seconds; the pipeline's start() calls it otherwise."""
+    run_dir = resolve_run_dir(options.run_dir, preset.name)
+    checkpoint_dir = options.checkpoint_dir
+    if options.drive and checkpoint_dir is None:
+        checkpoint_dir = ck.checkpoint_root(use_drive=True, run_dir=run_dir)
+    return plan_run_folder(run_dir, preset.name, options.overwrite, resume=options.resume,
+                           checkpoint_dir=checkpoint_dir, config=run_config(preset, reward_funcs))
 
 
 def write_config(folder: RunFolder, config: dict, save_steps: int) -> None:

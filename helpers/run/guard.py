@@ -5,6 +5,9 @@ before transformers/TRL are imported)."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from helpers import runtime as rt
 from helpers.config import Preset, PresetError, check_types, validate
 from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
@@ -44,9 +47,27 @@ def validate_options(options: RunOptions, runtime: rt.Runtime) -> None:
     if options.pass_k_samples and not options.evaluate:
         _refuse(f"--pass-k-samples {options.pass_k_samples} with --no-evaluate", "pass@k is part of the evaluation",
                 "drop --no-evaluate, or use --pass-k-samples 0")
+    if not math.isfinite(options.reward_timeout) or options.reward_timeout < 0:
+        _refuse(f"--reward-timeout {options.reward_timeout}", "is not a number of seconds >= 0",
+                "use a number of seconds, e.g. 300, or 0 for no limit")
+    for flag, folder in (("--run-dir", options.run_dir), ("--checkpoint-dir", options.checkpoint_dir)):
+        if folder is not None and _holds_the_kit(folder):
+            _refuse(f"{flag} {folder}", f"is the kit's own folder {KIT_ROOT} or a folder above it: the run's files "
+                    "would land beside (or around) the kit's own, and --overwrite would remove them there",
+                    f"give the run a folder of its own, e.g. {flag} runs/demo (an unset shell variable in "
+                    f'{flag} "$RUN" gives an empty path, the current folder)')
     if options.drive and not runtime.on_colab:
         _refuse("--drive", "Google Drive is mounted only on Colab, and this is not Colab",
                 "leave --drive off: checkpoints go to <run-dir>/trainer on this disk (or --checkpoint-dir FOLDER)")
+
+
+KIT_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or the installed copy) holding helpers/
+
+
+def _holds_the_kit(folder) -> bool:
+    """The folder is the kit's checkout or one above it (the current folder, when `--run-dir ''` reaches us)."""
+    where = Path(folder).expanduser().resolve()
+    return where == KIT_ROOT or where in KIT_ROOT.parents
 
 
 def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_processes: int = 1,

@@ -36,6 +36,9 @@ class RunOptions:
     rewards: tuple[str, ...] = _opt(
         (), "reward functions as module:name (a function or a list of them), e.g. my_rewards:brevity_reward; "
             "repeat the flag for several (default: helpers.rewards:DEFAULT_REWARDS)")
+    reward_timeout: float = _opt(
+        300.0, "seconds one call of a reward function may run before the run is stopped with the fix (0: no limit); "
+               "a call running 30 s or more is reported every 30 s")
     verbose: bool = _opt(False, "also print TRL's full dict of metrics at every step (default: the kit's one line "
                                 "per step; metrics.jsonl keeps every metric either way)")
 

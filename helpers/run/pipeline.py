@@ -36,25 +36,21 @@ from helpers.messages import say
 from helpers.memory.oom_doctor import oom_advice
 from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
 from helpers.run import checkpoints as ck
-from helpers.run.checkpoints import KeepLastCheckpoints, checkpoint_root
 from helpers.run.dashboard import TrainingDashboard
 from helpers.run.health import FINISHED, TrainingHealth, training_status
 from helpers.run.distributed import (ProcessInfo, on_main_then_share, process_info, rank_marker_callbacks,
                                      save_adapter_once, zero3_active)
-from helpers.run.folder import (RunDirError, RunFolder, checkpoints_inside, plan_run_folder, resolve_run_dir,
+from helpers.run.folder import (RunDirError, RunFolder, checkpoints_inside, plan_folder, reward_names, run_config,
                                 write_config)
 from helpers.run import guard
 from helpers.run.options import RunOptions
-from helpers.run.reward_specs import resolve_rewards
+from helpers.run.reward_specs import RewardError, resolve_rewards, try_rewards, watch_rewards
 from helpers.run.metrics import AdvantageStats, MetricsRecorder, plot_rewards, read_metrics
 from helpers.run.step_timing import summarize_step_times
 from helpers.run.trl_patches import install_trainer_patches
+from helpers.reuse import write_atomically
 from helpers.sharing import save_adapter
-
-
-def reward_names(reward_funcs) -> list[str]:
-    """The names TRL logs the rewards under (rewards/<name>/mean)."""
-    return [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
+from transformers import TrainerCallback
 
 
 def default_save_steps(preset) -> int:
@@ -98,10 +94,8 @@ class RunState:
         return self.folder.run_dir
 
     def config(self) -> dict:
-        """What config.json holds: every Preset field, and the reward functions by name."""
-        config = json.loads(json.dumps(self.preset.to_dict(), default=list))
-        config["reward_funcs"] = reward_names(self.reward_funcs)
-        return config
+        """What config.json holds (helpers.run.folder.run_config)."""
+        return run_config(self.preset, self.reward_funcs)
 
 
 def _checked_rewards(reward_funcs, options: RunOptions) -> list:
@@ -112,29 +106,26 @@ def _checked_rewards(reward_funcs, options: RunOptions) -> list:
     return reward_funcs
 
 
-def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> RunState:
+def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None,
+          folder: RunFolder | None = None) -> RunState:
     """Step 1: refuse impossible settings before any model loads (helpers.run.guard), plan the run folder (fresh,
     resume or refuse: helpers.run.folder), write config.json. reward_funcs: the functions to train with (TRL's
-    reward contract); None = the kit's. runtime: the machine, when the caller has detected it already."""
+    reward contract); None = the kit's. runtime: the machine, when the caller has detected it already. folder: the
+    run folder, when the caller planned it already (python -m helpers.train does, before importing TRL)."""
     options = options or RunOptions()
     runtime = runtime if runtime is not None else rt.detect()
     dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
     guard.check_before_loading(preset, runtime, num_processes=dist.world_size, options=options)
     speedups.configure(preset.cpu_speedups_off)  # this run's switches (on top of $GRPO_KIT_SPEEDUPS_OFF)
     reward_funcs = _checked_rewards(reward_funcs, options)
-    run_dir = resolve_run_dir(options.run_dir or None, preset.name)
-    checkpoint_dir = options.checkpoint_dir
-    if options.drive and checkpoint_dir is None:
-        checkpoint_dir = checkpoint_root(use_drive=True, run_dir=run_dir)
+    try_rewards(reward_funcs, preset, options.reward_timeout)  # a broken reward refused before the model loads
     state = RunState(preset=preset, options=options, reward_funcs=reward_funcs, runtime=runtime, dist=dist,
                      folder=None, save_steps=default_save_steps(preset) if options.save_steps is None
                      else options.save_steps, gpu=runtime.total_gpu_gb if runtime.has_gpu else "t4")
     config = state.config()
     # several processes: process 0 plans (creates or refuses) the folder and every process uses its plan
-    state.folder = on_main_then_share(lambda: plan_run_folder(run_dir, preset.name, options.overwrite,
-                                                              resume=options.resume, checkpoint_dir=checkpoint_dir,
-                                                              config=config),
-                                      cpu=preset.backend.is_cpu)
+    state.folder = folder if folder is not None else on_main_then_share(
+        lambda: plan_folder(preset, options, reward_funcs), cpu=preset.backend.is_cpu)
     say(runtime.describe())
     say(f"preset {preset.name}: {preset.description}")
     say(f"rewards: {', '.join(config['reward_funcs'])}")
@@ -200,6 +191,17 @@ def check_config(state: RunState, config) -> None:
                           "(setup.prepare(..., field=value)) rather than the config, so config.json says what ran")
 
 
+class KeepLastCheckpoints(TrainerCallback):
+    """After each save, helpers.run.checkpoints.rotate: the newest `keep` complete checkpoints stay."""
+
+    def __init__(self, root, keep: int):
+        self.root, self.keep = Path(root), keep
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            ck.rotate(self.root, self.keep)
+
+
 def kit_callbacks(state: RunState) -> list:
     """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard, and
     the health check that stops a run at its first NaN/inf (helpers.run.health)."""
@@ -236,13 +238,15 @@ def build_trainer(state: RunState, train_dataset):
     return trainer
 
 
-def prepare_trainer(trainer, preset: Preset | None = None) -> None:
+def prepare_trainer(trainer, preset: Preset | None = None, reward_timeout: float = 0) -> None:
     """Before trainer.train(): the dashboard and AdvantageStats (TRL callbacks) get the trainer, so they can read the latest sampled
-    completions; the kit's patches go in (helpers.run.trl_patches: the CPU speed-ups, the step timer)."""
+    completions; the kit's patches go in (helpers.run.trl_patches: the CPU speed-ups, the step timer); every reward
+    call is watched (helpers.run.reward_specs.watch_rewards: a heartbeat, a stop at reward_timeout seconds)."""
     for callback in trainer.callback_handler.callbacks:
         if isinstance(callback, (TrainingDashboard, AdvantageStats)) and callback.trainer is None:
             callback.trainer = trainer
     install_trainer_patches(trainer, preset)
+    watch_rewards(trainer, reward_timeout)
 
 
 def resume_checkpoint(state: RunState) -> str | None:
@@ -250,34 +254,44 @@ def resume_checkpoint(state: RunState) -> str | None:
     return str(state.folder.resume_from.path) if state.folder.resume_from is not None else None
 
 
+def _disk_full_error(state: RunState, what: str, step: int, err: BaseException) -> RunDirError:
+    """A full disk while the run writes `what`: the free space, what is kept, and the fix."""
+    return RunDirError(
+        f"the disk is full: writing {what} failed at step {step} ({ck.free_gb(state.run_dir):.1f} GB free; "
+        f"{type(err).__name__}: {str(err)[:120]}). Nothing trained is lost: the checkpoints in "
+        f"{state.folder.checkpoint_dir} are kept. Fix: free some space (old runs, exports; a lower --keep keeps fewer "
+        f"checkpoints), then run {ck.same_command()} again: it "
+        f"{ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}.")
+
+
 @contextmanager
 def training(state: RunState, trainer):
-    """Around trainer.train(), in train() below and in notebook 05's own cell: the dashboard and the kit's patches go
-    in; a checkpoint that already reached max_steps (a kill during the final evaluation) is restored, and the body
-    skips training (state.folder.training_done); an OOM prints the cheapest fixes; Ctrl-C says how to resume; a full
-    disk while saving a checkpoint becomes a RunDirError with the fix."""
-    prepare_trainer(trainer, state.preset)
+    """Around trainer.train(), in train() below and in notebook 05's own cell: the dashboard, the kit's patches and the
+    reward watch go in (prepare_trainer); a checkpoint that already reached max_steps (a kill during the final
+    evaluation) is restored, and the body skips training (state.folder.training_done); an OOM prints the cheapest fixes; Ctrl-C (and SIGTERM or SIGHUP under
+    python -m helpers.train) says how to resume; a full disk becomes a RunDirError with the free space and the fix."""
+    prepare_trainer(trainer, state.preset, state.options.reward_timeout)
     if state.folder.training_done:
         try:
             ck.restore_trained(trainer, state.folder.resume_from.path)
         except ValueError as err:  # the checkpoint holds no usable adapter: the kit's error line, not a traceback
             raise RunDirError(str(err)) from None
+    again = f"run {ck.same_command()} again: it {{}}"
     try:
         with oom_advice(state.preset, gpu=state.gpu):
             yield
     except KeyboardInterrupt:
-        say(f"interrupted at step {trainer.state.global_step}. To resume, run {ck.same_command()} again: it "
-            f"{ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}")
+        say(f"interrupted at step {trainer.state.global_step}. To resume, "
+            + again.format(ck.resume_point(state.folder.checkpoint_dir, state.save_steps)))
         raise
-    except (OSError, RuntimeError) as err:
+    except RewardError as err:
+        raise RewardError(f"{err}. Then " + again.format(ck.resume_point(state.folder.checkpoint_dir,
+                                                                          state.save_steps))) from None
+    except Exception as err:  # noqa: BLE001 - only a full disk is turned into the kit's message; the rest re-raised
         if not ck.disk_full(err):
             raise
-        raise RunDirError(
-            f"the disk is full: writing {state.folder.checkpoint_dir} failed at step {trainer.state.global_step} "
-            f"({ck.free_gb(state.folder.checkpoint_dir):.1f} GB free; {type(err).__name__}: {str(err)[:120]}). Fix: "
-            f"free some space (old runs, exports; a lower --keep keeps fewer checkpoints), then run {ck.same_command()} "
-            f"again: it {ck.resume_point(state.folder.checkpoint_dir, state.save_steps)}."
-        ) from err
+        raise _disk_full_error(state, getattr(err, "filename", None) or state.folder.checkpoint_dir,
+                               trainer.state.global_step, err) from err
 
 
 def train(state: RunState, trainer) -> None:
@@ -325,22 +339,48 @@ def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
                "train_seconds": round(_train_seconds(trainer), 1), "before": summary_of(before) if before else None,
                "after": None, "reward_funcs": reward_names(state.reward_funcs), "runtime": state.runtime.describe(),
                "time": summarize_step_times(rows), **_speedups_used(state.preset)}
-    (state.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomically(state.run_dir / "summary.json", json.dumps(summary, indent=2))
     state.folder.release()
     say(f"the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
         "evaluation after training was run)")
     return summary
 
 
+def _save_adapter_beside(model, tokenizer, path: Path) -> Path:
+    """adapter/ written as adapter.partial/ and moved into place: a full disk or a kill mid-save leaves the earlier
+    adapter/ (if any) whole, and no half-written one under its name."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        save_adapter(model, tokenizer, partial, overwrite=True)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if path.exists():
+        shutil.rmtree(path)
+    partial.replace(path)
+    return path
+
+
 def finish(state: RunState, trainer, heldout, before) -> dict:
-    """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json."""
+    """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json. A full disk on the
+    way is the kit's message (the free space, the checkpoints kept, the fix), not a library's traceback."""
+    try:
+        return _finish(state, trainer, heldout, before)
+    except Exception as err:  # noqa: BLE001 - only a full disk is turned into the kit's message; the rest re-raised
+        if not ck.disk_full(err):
+            raise
+        raise _disk_full_error(state, getattr(err, "filename", None) or f"the results in {state.run_dir}",
+                               trainer.state.global_step, err) from err
+
+
+def _finish(state: RunState, trainer, heldout, before) -> dict:
     preset, run_dir = state.preset, state.run_dir
     status = training_status(trainer)  # "finished", or "stopped: ..." (helpers.run.health)
     if status != FINISHED:
         return _finish_stopped(state, trainer, before, status)
     # The run folder's own output: plan_run_folder already refused to touch a finished run without --overwrite.
-    adapter = save_adapter_once(trainer, state.model, state.tokenizer, run_dir / "adapter",
-                                lambda m, t, p: save_adapter(m, t, p, overwrite=True), state.dist)
+    adapter = save_adapter_once(trainer, state.model, state.tokenizer, run_dir / "adapter", _save_adapter_beside,
+                                state.dist)
     if not state.dist.is_main:
         return {}  # every process trained; process 0 evaluates and writes the results
     evaluated = state.options.evaluate
@@ -373,18 +413,19 @@ def finish(state: RunState, trainer, heldout, before) -> dict:
         write_eval(run_dir / "eval.json", eval_report(before, after, preset, pass_at_k=pass_k))
     if state.folder.resume_from is not None:
         summary["resumed_from_step"] = state.folder.resume_from.step
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomically(run_dir / "summary.json", json.dumps(summary, indent=2))  # never half a "finished run"
     state.folder.release()  # the run is over: the folder may be used by another process
     say(f"results in {run_dir}/: summary.json, " + ("eval.json, " if evaluated else "") + "metrics.jsonl, "
         "reward_curve.png, dashboard.png, " + ("samples.jsonl, " if evaluated else "") + "adapter/")
     return summary
 
 
-def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> RunState:
+def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None,
+        folder: RunFolder | None = None) -> RunState:
     """Every step in order; returns the run's state: state.summary, and state.model / state.tokenizer, the trained
     model. On a GPU that model holds this process's vLLM engine, the only one that fits: evaluate with it rather than
     loading the model again (helpers.model refuses a second engine)."""
-    state = start(preset, options, reward_funcs, runtime=runtime)  # runtime: the CLI detected it already
+    state = start(preset, options, reward_funcs, runtime=runtime, folder=folder)  # the CLI's runtime and folder
     load_model(state)
     train_dataset, heldout = load_data(state)
     before = evaluate_before(state, heldout)
@@ -394,7 +435,8 @@ def run(preset: Preset, options: RunOptions | None = None, reward_funcs=None, ru
     return state
 
 
-def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None) -> dict:
+def run_all(preset: Preset, options: RunOptions | None = None, reward_funcs=None, runtime=None,
+            folder: RunFolder | None = None) -> dict:
     """Every step in order, returning the summary: what `python -m helpers.train` does, and what notebook 05 does
     cell by cell."""
-    return run(preset, options, reward_funcs, runtime).summary
+    return run(preset, options, reward_funcs, runtime, folder).summary
