@@ -32,6 +32,7 @@ from helpers import colab
 from helpers.colab import download, upload, without_drive
 from helpers.messages import say
 from helpers.model import LIVE_ADAPTER, generate, has_vllm_engine, load_cpu
+from helpers.run.folder import RunLock
 from helpers.runtime import COLAB_CONTENT, DRIVE_KIT_FOLDER, mount_drive, on_colab
 
 TOKEN_NAME = "HF_TOKEN"
@@ -86,8 +87,14 @@ def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Pat
     else `MyDrive/grpo-kit/exports/<run name>` (Drive is mounted first if needed; `mount` replaces
     google.colab.drive.mount in tests). Off Colab: SharingError with the fix. Nothing is created here; the export
     calls refuse to replace a folder holding files (fresh_folder).
+
+    Exports inside the run folder are its writers too: the first call claims the run folder's lock
+    (helpers.run.folder.RunLock) for this process's life (a notebook's kernel), so a run training into it is
+    refused here with its holder named, and a training started later is refused until the kernel stops.
     """
     run_dir = Path(run_dir)
+    if not to_drive and not on_drive(run_dir) and run_dir.is_dir():
+        _claim(run_dir)
     if not to_drive:
         return COLAB_CONTENT / EXPORTS / run_dir.name if on_drive(run_dir) else run_dir / EXPORTS
     if on_drive(run_dir):
@@ -97,6 +104,16 @@ def export_dir(run_dir, to_drive: bool = False, environ=None, mount=None) -> Pat
                            f"Elsewhere exports are already on your own disk, in {run_dir / EXPORTS}: set "
                            "EXPORT_TO_DRIVE = False.")
     return mount_drive(COLAB_CONTENT, mount) / DRIVE_KIT_FOLDER / EXPORTS / run_dir.name
+
+
+_CLAIMS: dict[str, RunLock] = {}  # the run folders this process writes exports into, held until it exits
+
+
+def _claim(run_dir: Path) -> None:
+    """This process's claim on the run folder (once per folder): RunDirError naming the holder when in use."""
+    key = str(run_dir.resolve())
+    if key not in _CLAIMS:
+        _CLAIMS[key] = RunLock(run_dir)
 
 
 def _is_unsloth(model) -> bool:

@@ -65,6 +65,14 @@ def test_an_import_that_fails_inside_the_file_names_the_file_and_the_fix(tmp_pat
         load_reward_functions(tmp_path / "my_rewards.py", again="run this cell again")
 
 
+def test_a_latin1_byte_in_a_reward_file_says_save_it_as_utf8(importable):
+    (importable / "accents.py").write_bytes(b'CAFE = "caf\xe9"\ndef brevity_reward(completions, **kw):\n    return [0.0]\n')
+    with pytest.raises(PresetError, match=r"accents.py, line 1 holds a byte that is not UTF-8.*Fix: save the file as "
+                                          r"UTF-8") as err:
+        resolve_rewards(["accents:brevity_reward"])
+    assert "coding line" not in str(err.value)
+
+
 # ------------------------------------------------- tried on a sample group before the model loads, watched after
 
 def _reward(body: str, name: str = "my_reward"):
@@ -126,3 +134,35 @@ def test_a_long_reward_call_in_training_says_so_and_the_limit_stops_it_in_any_th
     worker.start()
     worker.join(timeout=30)
     assert not worker.is_alive() and "hang_reward" in errors[0] and "ran for more than 2 s" in errors[0]
+
+
+HANGS_IN_TRAINING = """import time
+
+def stuck_reward(completions, trainer_state=None, **kw):
+    if type(trainer_state).__name__ == "TrainerState":  # the sample group passes; the real run's first batch hangs
+        time.sleep(600)
+    return [0.0 for c in completions]
+"""
+
+
+@pytest.mark.slow
+def test_a_reward_that_hangs_in_training_is_stopped_with_the_fix_and_the_resume_line(tmp_path):
+    """The command a user types: the reward passes the sample group, then never returns on the first real batch.
+    With --reward-timeout 5 the run stops at step 0 with the function named, the fix, how to resume, exit 2; the
+    folder's lock is released and nothing trained is claimed."""
+    import json
+    import subprocess
+
+    (tmp_path / "stuck.py").write_text(HANGS_IN_TRAINING)
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--max-steps", "2", "--eval-size",
+                        "2", "--no-evaluate", "--run-dir", str(run), "--reward", "stuck:stuck_reward",
+                        "--reward-timeout", "5"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "reward function stuck_reward" in r.stderr and "ran for more than 5 s on one group" in r.stderr
+    assert "--reward-timeout" in r.stderr and "again: it starts over from step 0" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (run / "summary.json").exists() and json.loads((run / "config.json").read_text())["reward_funcs"] == [
+        "stuck_reward"]
+    assert not (run / ".grpo-kit.lock.json").exists()

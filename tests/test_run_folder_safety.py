@@ -587,3 +587,19 @@ def test_a_full_disk_on_the_rerun_loses_no_metrics(tmp_path, monkeypatch):
     with pytest.raises(RunDirError, match=r"the disk is full: moving the metrics .*GB free.*Nothing was lost"):
         plan_run_folder(run, "cpu", overwrite=False, config=CONFIG)
     assert (run / "metrics.jsonl").read_text() == rows
+
+
+def test_notebook_06s_exports_are_refused_in_a_folder_a_run_trains_in(holder):
+    """The export cells write into <run folder>/exports: with a training process in the folder they are refused,
+    naming it, before anything is written; in a free folder the notebook's kernel holds the claim from then on."""
+    from helpers import sharing
+
+    run, proc = holder
+    with pytest.raises(RunDirError, match=f"in use by process {proc.pid}"):
+        sharing.export_dir(run)
+    assert not (run / sharing.EXPORTS).exists()
+    proc.kill()
+    proc.wait(timeout=60)
+    assert sharing.export_dir(run) == run / sharing.EXPORTS
+    assert _lock_from_another_process(run) == "held"  # this process (a notebook kernel) now writes there
+    sharing._CLAIMS.pop(str(run.resolve())).release()

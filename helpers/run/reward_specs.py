@@ -43,6 +43,9 @@ def _import_reward_module(source: str | Path, label: str, again: str):
         return importlib.import_module(source)
     except SyntaxError as err:  # IndentationError too: the student's file does not parse
         where = f"{err.filename}, line {err.lineno}" if err.filename else f"line {err.lineno}"
+        if "Non-UTF-8" in str(err.msg) or "'utf-8' codec" in str(err.msg):  # an editor saved Latin-1, say
+            raise PresetError(f"{label}: {where} holds a byte that is not UTF-8 (Python reads source as UTF-8). Fix: "
+                              f"save the file as UTF-8 (your editor's encoding setting) and {again}") from None
         raise PresetError(f"{label}: {where} is not valid Python ({err.msg}). Fix: correct that line "
                           f"(`python -m py_compile {err.filename or source}` checks the file) and {again}") from None
     except ImportError as err:
