@@ -6,7 +6,9 @@ a string, the column the correctness reward reads) and "question" (plain text, f
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -243,6 +245,63 @@ def synthetic_dataset(n: int, split: str = "train", **kwargs):
     from datasets import Dataset
 
     return Dataset.from_list(synthetic_problems(n, split, **kwargs))
+
+
+# ------------------------------------------------------------------ how many held-out questions there are
+
+GSM8K_TEST_ROWS = 1319  # openai/gsm8k main's test split (helpers/fixtures/gsm8k/README.md)
+
+
+class _Scripted:
+    """An rng that answers make_problem's draws from a list: every question it could write, one at a time."""
+
+    def __init__(self, values):
+        self._values = iter(values)
+
+    def choice(self, seq):
+        return next(self._values)
+
+    def randint(self, lo, hi):
+        return next(self._values)
+
+
+@functools.lru_cache(maxsize=None)
+def _heldout_pool(op: str, level: int) -> int:
+    """Distinct held-out questions helpers.make_problem can write for one operation and level (a level-1 pool
+    in 0.05 s, a level-2 one in about 1 s): it draws a name, an item, two numbers and, at level 3, a third."""
+    lo, hi = _RANGES[1 if level == 3 else level]
+    draws = [_NAMES, _ITEMS, range(lo, hi + 1), range(lo, hi + 1), *([range(2, 10)] if level == 3 else [])]
+    return len({q for combo in itertools.product(*draws)
+                if split_of(q := make_problem(_Scripted(combo), op, level)["question"]) == "heldout"})
+
+
+def synthetic_heldout_count(levels, operations=OPERATIONS) -> int:
+    """How many questions synthetic_problems can give from the held-out split (any seed): row i is
+    operation i % O at level (i // O) % L, so the first row it cannot fill is the first whose pool is used up."""
+    o, n_levels = len(operations), len(levels)
+    return min(o * (k + n_levels * _heldout_pool(op, level)) + j
+               for j, op in enumerate(operations) for k, level in enumerate(levels))
+
+
+def heldout_count(preset) -> int:
+    """The held-out questions there are to evaluate on: GSM8K's test split, or the synthetic held-out split."""
+    if preset.dataset == "gsm8k":
+        return GSM8K_TEST_ROWS
+    return synthetic_heldout_count(tuple(preset.synthetic_levels))
+
+
+def eval_size_problem(preset, known_good: int = 0) -> tuple[str, str] | None:
+    """(problem, fix) when preset.eval_size asks for more held-out questions than the split holds, else None. The synthetic split searched for minutes before giving up, and GSM8K's was cut to its rows without a
+    word. Counted (up to seconds for level 2) only above known_good, a size already known to be there."""
+    if preset.eval_size <= known_good:
+        return None
+    available = heldout_count(preset)
+    if preset.eval_size <= available:
+        return None
+    split = ("GSM8K's test split" if preset.dataset == "gsm8k" else
+             f"the synthetic held-out split (levels {','.join(map(str, preset.synthetic_levels))})")
+    return f"{split} has {available} questions", f"pass --eval-size {available} or less"
+
 
 
 # ------------------------------------------------------------------------------------- a preset's questions

@@ -14,8 +14,6 @@ with exit 2 and the fix (tests/test_validation_early.py holds it to that).
 from __future__ import annotations
 
 import argparse
-import functools
-import itertools
 import json
 import sys
 from dataclasses import fields as dataclass_fields
@@ -29,7 +27,6 @@ from helpers.evaluation import (before_after, eval_report, load_before, load_for
                                 side_by_side_text, write_eval)
 
 EVAL_FILE = "eval.json"
-GSM8K_TEST_ROWS = 1319  # openai/gsm8k main's test split (helpers/fixtures/gsm8k/README.md)
 
 
 def flag_problems(samples: int, ks, eval_size: int | None, eval_max_new_tokens: int | None) -> list[str]:
@@ -88,56 +85,12 @@ def preset_from_run(run_dir, **overrides):
     return get_preset(saved["name"]).with_overrides(**fields)
 
 
-class _Scripted:
-    """An rng that answers make_problem's draws from a list: every question it could write, one at a time."""
-
-    def __init__(self, values):
-        self._values = iter(values)
-
-    def choice(self, seq):
-        return next(self._values)
-
-    def randint(self, lo, hi):
-        return next(self._values)
-
-
-@functools.lru_cache(maxsize=None)
-def _heldout_pool(op: str, level: int) -> int:
-    """Distinct held-out questions helpers.data.make_problem can write for one operation and level (a level-1 pool
-    in 0.05 s, a level-2 one in about 1 s): it draws a name, an item, two numbers and, at level 3, a third."""
-    lo, hi = data._RANGES[1 if level == 3 else level]
-    draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *([range(2, 10)] if level == 3 else [])]
-    return len({q for combo in itertools.product(*draws)
-                if data.split_of(q := data.make_problem(_Scripted(combo), op, level)["question"]) == "heldout"})
-
-
-def synthetic_heldout_count(levels, operations=data.OPERATIONS) -> int:
-    """How many questions helpers.data.synthetic_problems can give from the held-out split (any seed): row i is
-    operation i % O at level (i // O) % L, so the first row it cannot fill is the first whose pool is used up."""
-    o, n_levels = len(operations), len(levels)
-    return min(o * (k + n_levels * _heldout_pool(op, level)) + j
-               for j, op in enumerate(operations) for k, level in enumerate(levels))
-
-
-def heldout_count(preset) -> int:
-    """The held-out questions there are to evaluate on: GSM8K's test split, or the synthetic held-out split."""
-    if preset.dataset == "gsm8k":
-        return GSM8K_TEST_ROWS
-    return synthetic_heldout_count(tuple(preset.synthetic_levels))
-
-
 def check_eval_size(preset, run_eval_size: int) -> None:
-    """More questions than the held-out split holds: refused at once (the synthetic split searched for minutes
-    before giving up, and GSM8K's was cut to its 1319 rows without a word). Counted only above the run's own
-    eval_size, which helpers.train already evaluated."""
-    if preset.eval_size <= run_eval_size:
-        return
-    available = heldout_count(preset)
-    if preset.eval_size > available:
-        split = ("GSM8K's test split" if preset.dataset == "gsm8k" else
-                 f"the synthetic held-out split (levels {','.join(map(str, preset.synthetic_levels))})")
-        raise ValueError(f"--eval-size {preset.eval_size}: {split} has {available} questions. Fix: pass --eval-size "
-                         f"{available} or less (the run evaluated {run_eval_size})")
+    """More questions than the held-out split holds: refused at once (helpers.data.eval_size_problem). Counted only
+    above the run's own eval_size, which helpers.train already evaluated."""
+    if found := data.eval_size_problem(preset, known_good=run_eval_size):
+        problem, fix = found
+        raise ValueError(f"--eval-size {preset.eval_size}: {problem}. Fix: {fix} (the run evaluated {run_eval_size})")
 
 
 def _write_problem(run_dir: Path) -> str | None:

@@ -31,6 +31,7 @@ REFUSED = [
     (["--drive"], "--drive: Google Drive is mounted only on Colab"),
     # issue 46: a recipe for several processes started as one; a limit that is no limit; rewards tried before loading
     (["--num-processes", "2"], "num_processes=2, but this is one process"),
+    (["--eval-size", "100000"], "--eval-size 100000: the synthetic held-out split (levels 1) has 7545 questions"),
     (["--reward-timeout", "-1"], "--reward-timeout -1.0: is not a number of seconds >= 0"),
     (["--reward", "broken_rewards:raising_reward"], "raised AttributeError: 'list' object has no attribute 'strip'"),
     (["--reward", "broken_rewards:emptying_reward"], "changed its argument completions"),
@@ -366,7 +367,7 @@ def test_the_held_out_count_is_what_the_synthetic_split_gives():
     """helpers.evaluate's count of the synthetic held-out split is the exact number synthetic_problems can draw:
     at it, it succeeds; one more, it gives up (the search that took minutes for --eval-size 100000)."""
     from helpers.data import synthetic_problems
-    from helpers.evaluate import synthetic_heldout_count
+    from helpers.data import synthetic_heldout_count
 
     assert synthetic_heldout_count((1,)) == 7545 and len(synthetic_problems(7545, "heldout")) == 7545
     assert synthetic_heldout_count((1,), ("sub",)) == 1886 and len(synthetic_problems(1886, "heldout",

@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from helpers import data
 from helpers import runtime as rt
-from helpers.config import Preset, PresetError, check_types, validate
+from helpers.config import PRESETS, Preset, PresetError, check_types, validate
 from helpers.memory import T4_BUDGET_GB, MemoryModelError, estimate
 from helpers.run.options import DASHBOARD_MODES, RunOptions
 
@@ -78,6 +79,10 @@ def check_before_loading(preset: Preset, runtime: rt.Runtime | None = None, num_
     validate(preset, runtime, num_processes=num_processes)
     if options is not None:
         validate_options(options, runtime)
+    if options is None or options.evaluate:
+        usual = PRESETS.get(preset.name)  # a preset's own eval_size is known to be there: no count
+        if found := data.eval_size_problem(preset, known_good=usual.eval_size if usual else 0):
+            _refuse(f"--eval-size {preset.eval_size}", *found)
     want_gpu = preset.backend.uses_unsloth  # rt.check then also asks for Unsloth and vLLM
     warnings = rt.check(runtime, want_gpu=want_gpu, need_free_gb=need_free_gb(preset, runtime) if want_gpu else None)
     rt.start_gpu_process(preset.backend)  # Unsloth before TRL (which a reward module may import)
