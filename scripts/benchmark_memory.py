@@ -6,7 +6,7 @@
     python scripts/benchmark_memory.py kit --preset t4 --emulate-gpu t4 --random-weights --tokenizer DIR
     # the CPU demo's embedded model on a GPU: seconds per step, and whether it learns as on CPU
     python scripts/benchmark_memory.py kit --preset cpu --device cuda --evaluate
-    # the recorded results as the markdown table in docs/memory.md and README (CPU is enough)
+    # the recorded results as the markdown table in docs/memory.md (CPU is enough)
     python scripts/benchmark_memory.py table results/gpu/*.json
 
 `kit` runs the kit's own steps (helpers.run.pipeline, as `python -m helpers.train` and notebook 05 do: start,
@@ -862,7 +862,7 @@ def load_records(paths) -> list[dict]:
 
 
 def write_table(paths, targets) -> str:
-    """Put the generated table between the markers in each target file (docs/memory.md, README.md)."""
+    """Put the generated table between the markers in each target file (docs/memory.md)."""
     table = format_table(load_records(paths))
     for target in targets:
         text = Path(target).read_text()
@@ -904,9 +904,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="pad prompts to max_prompt_length (the worst case; default on)")
     kit.add_argument("--json", type=Path, help="append the record to this JSON list, whatever the outcome (refused, "
                                                  "failed, OOM, stopped by SIGINT/SIGTERM: its status says which)")
-    table = sub.add_parser("table", help="write the markdown table of recorded results into docs/memory.md and README.md")
+    table = sub.add_parser("table", help="write the markdown table of recorded results into docs/memory.md")
     table.add_argument("paths", nargs="*", type=Path, help="result files (default: results/gpu/*.json)")
-    table.add_argument("--targets", nargs="*", type=Path, default=[ROOT / "docs" / "memory.md", ROOT / "README.md"])
+    table.add_argument("--targets", nargs="*", type=Path, default=[ROOT / "docs" / "memory.md"])
     table.add_argument("--print", action="store_true", help="print the table instead of writing it")
     args = ap.parse_args(argv)
     args.argv = argv

@@ -171,13 +171,14 @@ def test_an_empty_run_dir_or_the_kits_own_folder_is_refused_before_anything_is_w
     """`--run-dir "$RUN"` with RUN unset trained into the kit's root: an empty path, the kit's checkout and any folder
     above it are refused (exit 2, the fix), and the kit's folder is left as it was."""
     value = {"KIT": str(ROOT), "ABOVE": str(ROOT.parent)}.get(given, given)
-    listing = sorted(p.name for p in ROOT.iterdir())
+    run_files = ("config.json", "adapter", "metrics.jsonl", "trainer", fo.LOCK_FILE, fo.LOCK_INFO)
+    assert not any((ROOT / name).exists() for name in run_files)
     r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--max-steps", "1", "--run-dir",
                         value], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert ("an empty path" if not given.strip() else "is the kit's own folder") in r.stderr
     assert "Fix:" in r.stderr and "runs/demo" in r.stderr
-    assert sorted(p.name for p in ROOT.iterdir()) == listing  # no config.json, lock or adapter/ beside README.md
+    assert not any((ROOT / name).exists() for name in run_files)  # nothing of a run beside README.md
     with pytest.raises(PresetError, match="run_dir='': is the text '', not a folder path"):
         guard.validate_options(RunOptions(run_dir=""), rt.detect())  # a notebook's RunOptions, too
 
@@ -411,7 +412,7 @@ def test_an_overwrite_cut_short_while_removing_never_leaves_a_finished_run(tmp_p
         plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)
     assert not (run / "summary.json").exists() and not (run / "eval.json").exists()
     monkeypatch.undo()
-    with pytest.raises(RunDirError, match="holds an unfinished run with other settings"):  # not "a finished run"
+    with pytest.raises(RunDirError, match="holds an unfinished run whose config.json has other settings"):  # not finished
         plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, learning_rate=1e-3))
     plan_run_folder(run, "cpu", overwrite=True, config=CONFIG)  # the same --overwrite again finishes the job
     assert [name for name in OLD_RESULTS if (run / name).exists()] == []
