@@ -14,7 +14,6 @@ with exit 2 and the fix (tests/test_validation_early.py holds it to that).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 from helpers import data
 from helpers.config import Preset, get_preset
 from helpers.messages import say
-from helpers.run.folder import CONFIG_FILE, RunLock
+from helpers.run.folder import CONFIG_FILE, RunLock, read_json
 from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                 side_by_side_text, write_eval)
 
@@ -55,25 +54,15 @@ def flag_problems(samples: int, ks, eval_size: int | None, eval_max_new_tokens: 
 
 
 def read_config(run_dir) -> dict:
-    """The run's config.json, or a ValueError worded as helpers.run.folder.read_json words it (the file, cut off or
-    edited) but with an evaluation's fix: read_json's "pass --overwrite" is a flag of helpers.train, not of this."""
+    """The run's config.json, or helpers.run.folder.read_json's refusal (the file, cut off or edited) with an
+    evaluation's fix: "pass --overwrite" alone would be a flag of helpers.train, not of this."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a run folder written by helpers.train?")
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        found = err
-    if not isinstance(found, dict) or not isinstance(found.get("name"), str):
-        why = (f"{type(found).__name__}: {found}" if isinstance(found, Exception) else
-               "not a JSON object" if not isinstance(found, dict) else 'no preset "name"')
-        raise ValueError(
-            f"{path} is unreadable ({why}): it was cut off (a kill or a full disk while it was written) or edited. "
-            "It holds the settings the adapter was trained with, so nothing can be evaluated without it. Fix: put "
-            "back a copy (one lies beside the checkpoints when they live elsewhere, e.g. on Drive), or train the run "
-            f"again: python -m helpers.train --run-dir {run_dir} --overwrite"
-        )
-    return found
+    return read_json(path, required=("name",), fix=(
+        "put back a copy (one lies beside the checkpoints when they live elsewhere, e.g. on Drive): it holds the "
+        "settings the adapter was trained with, so nothing can be evaluated without it; or train the run again: "
+        f"python -m helpers.train --run-dir {run_dir} --overwrite"))
 
 
 def preset_from_run(run_dir, **overrides):

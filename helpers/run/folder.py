@@ -169,19 +169,20 @@ def resolve_run_dir(run_dir, preset_name: str) -> Path:
     return Path(run_dir).expanduser() if run_dir is not None else default_run_dir(preset_name)
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, fix: str = "pass --overwrite to start the run over, or choose a new --run-dir.",
+              required: tuple[str, ...] = ()) -> dict:
     """A JSON file of the run folder, or a RunDirError that names it and the fix (a kill or a full disk while it was
-    written leaves it cut off) instead of a JSON traceback."""
+    written leaves it cut off) instead of a JSON traceback. required: text keys it must hold (config.json's name)."""
     try:
         found = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
         found = err
-    if not isinstance(found, dict):
-        why = f"{type(found).__name__}: {found}" if isinstance(found, Exception) else "not a JSON object"
-        raise RunDirError(
-            f"{path} is unreadable ({why}): it was cut off (a kill or a full disk while it was written) or edited. "
-            "Fix: pass --overwrite to start the run over, or choose a new --run-dir."
-        )
+    missing = next((k for k in required if not isinstance(found, dict) or not isinstance(found.get(k), str)), None)
+    if not isinstance(found, dict) or missing:
+        why = (f"{type(found).__name__}: {found}" if isinstance(found, Exception) else
+               "not a JSON object" if not isinstance(found, dict) else f'no "{missing}"')
+        raise RunDirError(f"{path} is unreadable ({why}): it was cut off (a kill or a full disk while it was written) "
+                          f"or edited. Fix: {fix}")
     return found
 
 
