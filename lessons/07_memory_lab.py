@@ -64,8 +64,9 @@ T4_GB = GPUS["t4"]
 # ## 1. The kit's T4 preset, component by component
 #
 # `estimate()` takes a preset (or `MemorySettings`) and returns every part in GB (GiB, as PyTorch reports them; a
-# T4 shows 14.56). With `fast_inference=True` vLLM reserves `gpu_memory_utilization x card` up front and the
-# weights live *inside* that reservation, shared with the trainer.
+# T4 shows 14.56). With `fast_inference=True` vLLM reserves `gpu_memory_utilization` x the memory free at load up
+# front (Unsloth multiplies the fraction by what is free, about 14.2 GB of a T4's 14.56) and the weights live *inside*
+# that reservation, shared with the trainer.
 
 # %%
 t4 = get_preset("t4")

@@ -212,9 +212,16 @@ result
 #
 # The loss on this batch (your `policy_loss` when its check passed; otherwise the kit's
 # `grpo_math.policy_loss`, so the lesson still runs to the end), `backward()`, gradient clipping at the preset's
-# `max_grad_norm`, and one step of AdamW with the preset's learning rate: what `GRPOTrainer` does with this group
-# in 05. Right now `logps` equals `logp_old` (the ratio is exactly 1), so the loss's gradient is the advantage's
-# push on every token: up for the rewarded completions, down for the others.
+# `max_grad_norm`, and one step of AdamW with the preset's learning rate. In 05, `GRPOTrainer` on the cpu preset
+# takes {{cpu.num_iterations}} such steps on each sampled group, not one: a step's batch is
+# `per_device_train_batch_size={{cpu.per_device_train_batch_size}}` completions
+# (`gradient_accumulation_steps={{cpu.gradient_accumulation_steps}}`, and TRL's `steps_per_generation` left at that),
+# one group of `num_generations={{cpu.num_generations}}`, and `num_iterations={{cpu.num_iterations}}` trains on each sampled group
+# that many times before sampling the next, so its `max_steps={{cpu.max_steps}}` optimizer steps sample
+# `max_steps / num_iterations` groups. The step here is the first of them: right now `logps` equals `logp_old` (the
+# ratio is exactly 1), so the loss's gradient is the advantage's push on every token: up for the rewarded
+# completions, down for the others. The next step on the same group starts from the updated policy, where the ratio is
+# no longer 1 and clipping can bite: section 6 computes that loss.
 
 # %%
 from trl import GRPOConfig

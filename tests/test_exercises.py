@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 import pytest
 
@@ -194,6 +195,13 @@ def _pop_std_advantages(rewards):
     return [(r - m) / s if s else 0.0 for r in rewards]
 
 
+def _no_epsilon_torch(rewards):
+    import torch
+
+    r = torch.tensor(rewards)
+    return ((r - r.mean()) / r.std()).tolist()  # 0 / 0 = nan on a group of equal rewards
+
+
 # (notebook, question, wrong answer, words the feedback must contain: the failing case and why)
 WRONG = [
     ("nb01", "right_wrong_advantages", lambda k, g: (1 - k / g, -k / g), ["1 right of 4", "(1.4997, -0.4999)", "did not divide"]),
@@ -252,6 +260,9 @@ WRONG = [
     ("nb04", "my_advantages", _pop_std_advantages, ["[4.0, 0.0, 2.5, 0.0]", "population std"]),
     ("nb04", "my_advantages", lambda r: [x - sum(r) / len(r) for x in r], ["[4.0, 0.0, 2.5, 0.0]", "did not divide"]),
     ("nb04", "my_advantages", lambda r: [(x - sum(r) / len(r)) / 1e-4 for x in r], ["[4.0, 0.0, 2.5, 0.0]"]),
+    ("nb04", "my_advantages", lambda r: [(x - sum(r) / len(r)) / statistics.stdev(r) for x in r],
+     ["[2.0, 2.0, 2.0, 2.0]", "std is 0", "epsilon", "TRL", "1e-4"]),  # no epsilon: ZeroDivisionError
+    ("nb04", "my_advantages", _no_epsilon_torch, ["[2.0, 2.0, 2.0, 2.0]", "nan", "std is 0", "epsilon", "TRL", "1e-4"]),
     ("nb05", "zero_spread_chance", lambda p, g: p ** g, ["p=0.5, G=2", "right OR all are wrong"]),
     ("nb05", "zero_spread_chance", lambda p, g: 1 - p ** g - (1 - p) ** g, ["p=0.5, G=4", "0.125000"]),
     ("nb05", "zero_spread_chance", lambda p, g: p * g, ["p=0.5, G=2", "multiply chances"]),
@@ -357,6 +368,8 @@ WRONG = [
     ("nb05", "budget_fix", {"per_device_train_batch_size": 8, "gradient_checkpointing": True},
      ["8 completions per optimizer step", "gradient_accumulation_steps=2"]),
     ("nb05", "budget_fix", {"lora_dropout": 0.1}, ["not a setting the memory model reads"]),
+    ("nb05", "budget_fix", {"gradient_checkpointing": True, "gpu_memory_utilization": 0.05},
+     ["vLLM would not start", "gpu_memory_utilization x the memory free at load = 0.05 x", "cannot hold the weights", "KV cache", "raise gpu_memory_utilization"]),
     ("nb05", "budget_fix", ["gradient_checkpointing"], ["a dict"]),
     ("nb05", "rerun_prediction", "b", ["not 'b'", "0.031 -> 0.156", "more than the wording"]),
     ("nb05", "rerun_prediction", "c", ["not 'c'", "entropy 1.22 -> 0.12", "not within one sampled batch"]),
@@ -364,7 +377,12 @@ WRONG = [
     ("nb05", "recipe_choice", {"learning_rate": 1e-3, "beta": 0.0, "because": ["lr-1e-3"]},
      ["learning_rate=0.001 did not learn", "0.22 -> 0.04", "not faster learning"]),
     ("nb05", "recipe_choice", {"learning_rate": 5e-4, "beta": 0.0, "because": ["default-seed0"]},
-     ["learning_rate=0.0005 did not learn", "0.30 -> 0.12"]),
+     ["learning_rate=0.0005 was measured only by earlier-recipe-seed2", "num_iterations=1",
+      "changed two settings at once, so it cannot tell which one did it", "0.30 -> 0.12"]),
+    ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0,
+                               "because": ["default-seed0", "earlier-recipe-seed2", "beta-0.04"]},
+     ["earlier-recipe-seed2 changed learning_rate=0.0005, num_iterations=1",
+      "that run changed two settings at once, so it cannot tell which one did it"]),
     ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.04, "because": ["default-seed0"]},
      ["beta=0.04 did not learn", "0.22 -> 0.18"]),
     ("nb05", "recipe_choice", {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed0", "scale-none"]},
@@ -486,6 +504,30 @@ def test_each_reward_gets_its_own_why_table():
         message = E.nb04.my_strict_format_reward.check(wrong).message
         assert "as numbers" not in message and "answers_match" not in message, message
     assert set(E.nb04.FORMAT_WHY) >= {label for label, *_ in E.nb04.reward_cases()} - {"perfect"}
+
+
+def test_a_budget_fix_where_vllm_cannot_start_is_refused_for_that_not_for_the_budget():
+    """At gpu_memory_utilization 0.05 the peak (3.27 GB) is under the 7 GB budget, but vLLM's reservation cannot hold
+    the weights: the check says vLLM would not start, and does not call it over the budget."""
+    answer = {**E.nb05.CLASSMATE, "gradient_checkpointing": True, "gpu_memory_utilization": 0.05}
+    assert not E.nb05.budget_estimate(answer).vllm_starts
+    result = E.nb05.budget_fix.check(answer)
+    assert not result.passed and result.message.startswith("vLLM would not start"), result.message
+    assert "over the" not in result.message and "x the card" not in result.message
+
+
+def test_the_vllm_reservation_is_said_one_way_in_the_memory_lessons_and_their_checks():
+    """Unsloth sizes vLLM's reservation as gpu_memory_utilization x the memory free at load
+    (helpers.memory.estimate.utilization_base_gb): no sentence of lessons 05 and 07 or their checks says 'x the card'."""
+    from pathlib import Path
+
+    kit = Path(__file__).resolve().parents[1]
+    card = re.compile(r"utilization`?\s*(x|×|times)\s*(the\s+)?(card|14\.56)", re.IGNORECASE)
+    for rel in ("lessons/05_train.py", "lessons/07_memory_lab.py", "helpers/teaching/exercises/nb05.py",
+                "helpers/teaching/exercises/nb07.py"):
+        text = (kit / rel).read_text()
+        assert not card.search(text), f"{rel}: {card.search(text).group(0)!r}"
+    assert "the memory free at load" in E.nb05.budget_fix._hint[1]
 
 
 def test_advantage_checker_uses_trl_formula():

@@ -3,6 +3,7 @@ answer and names each known mistake; the slow test runs the notebook on CPU."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -168,7 +169,10 @@ def right_loop(model, optimizer, sample, score, steps, max_grad_norm=1.0, temper
         rewards = score(batch)
         r = torch.tensor(rewards, dtype=torch.float32)
         advantages = {"raw rewards": r, "not normalized": r - r.mean()}.get(mistake, (r - r.mean()) / (r.std() + 1e-4))
-        logps = grpo_math.completion_logps(model, batch, temperature=1.0 if mistake == "temperature" else temperature)
+        with torch.no_grad() if mistake == "no_grad" else contextlib.nullcontext():
+            logps = grpo_math.completion_logps(model, batch, temperature=1.0 if mistake == "temperature" else temperature)
+        if mistake == "detached":
+            logps = logps.detach()
         loss = right(logps, logps.detach(), advantages, batch["completion_mask"])
         if mistake == "sign":
             loss = -loss
@@ -200,6 +204,8 @@ LOOP_WRONG = {
     "no optimizer step": ("no step", "optimizer.step() ran 0 times"),
     "two groups a step": ("two groups", "called sample 6 times in 3 steps"),
     "curve not returned": ("last only", "return the mean reward of each step's group"),
+    "log-probs under torch.no_grad()": ("no_grad", "the loss was computed under torch.no_grad()"),
+    "log-probs detached": ("detached", "no .detach(), .item() or float(...) on the way"),
 }
 
 
@@ -305,3 +311,21 @@ def test_the_loops_steps_were_picked_from_seeds_on_which_it_rose():
         assert len(run["curve"]) == grpo_math.LOOP["steps"], run["seed"]
         assert grpo_math.compare_curves(run["curve"], trl)["rise"] > 0.2, run["seed"]
         assert grpo_math.compare_curves(run["curve"][:CI_LOOP_STEPS], trl)["rise"] > 0.05, run["seed"]  # CI's run
+
+
+def test_lesson_08_says_how_many_optimizer_steps_grpotrainer_takes_on_a_group():
+    """Section 5's one step is not what GRPOTrainer does with a group on the cpu preset: it takes num_iterations steps
+    on each sampled group, a number the lesson renders from the preset."""
+    from pathlib import Path
+
+    from helpers.config import PRESETS
+    from scripts.make_notebooks import fill_placeholders
+
+    text = (Path(__file__).resolve().parents[1] / "lessons" / "08_grpo_step.py").read_text()
+    section = text[text.index("## 5. One optimizer step"):text.index("## 6. What the step did")]
+    assert "what `GRPOTrainer` does with this group" not in section
+    assert "{{cpu.num_iterations}} such steps on each sampled group" in section
+    cpu = PRESETS["cpu"]
+    rendered = fill_placeholders(section, "08")
+    assert f"takes {cpu.num_iterations} such steps on each sampled group" in rendered
+    assert f"`num_iterations={cpu.num_iterations}`" in rendered and f"`max_steps={cpu.max_steps}`" in rendered

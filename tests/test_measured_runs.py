@@ -67,3 +67,15 @@ def test_what_05_and_the_guide_say_about_beta():
     assert all("kl" in r for r in penalty.sampled) and not any("kl" in r for r in zero.sampled)
     late = sorted(r["kl"] for r in penalty.sampled if r["step"] >= 9)
     assert 0.1 <= late[0] and late[-1] <= 0.4 and 0.1 <= late[len(late) // 2] <= 0.2  # mostly 0.1-0.2, peaks to 0.4
+
+
+def test_what_each_run_changed_is_read_from_its_command_every_setting_of_it():
+    """The lesson's evidence table and exercise 5.10's judge read each run's changes from run.json's command: the
+    earlier recipe changed two settings (the learning rate and num_iterations), not the learning rate alone."""
+    changed = {name: M.load(name).changed() for name in NAMES}
+    assert changed["earlier-recipe-seed2"] == {"learning_rate": 5e-4, "num_iterations": 1}
+    assert changed["lr-1e-3"] == {"learning_rate": 1e-3} and changed["beta-0.04"] == {"beta": 0.04}
+    assert changed["default-seed1"] == {}, "the seed is not a setting of the recipe"
+    assert M.load("earlier-recipe-seed2").changes() == "learning_rate=0.0005, num_iterations=1"
+    assert M.changed_settings("python -m helpers.train --preset cpu --seed 3 --learning-rate 2.5e-4") == {}, \
+        "a flag repeating the preset's value changed nothing"

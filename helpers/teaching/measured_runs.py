@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.config import get_preset
 from helpers.rewards import answer_of
 from helpers.run.metrics import read_metrics
 
@@ -40,9 +41,47 @@ class MeasuredRun:
         counts = Counter(answer_of(s["after"]) for s in self.samples())
         return ", ".join(f"{a!r} x{c}" for a, c in counts.most_common(n)) or "(no samples shipped)"
 
+    def changed(self) -> dict:
+        """Every setting this run changed from its preset, {field: value}, read from run.json's command (a flag
+        `--learning-rate 5e-4` is the field learning_rate); the seed, the run folder and the dashboard are not
+        settings, and a flag that repeats the preset's value changed nothing."""
+        return changed_settings(self.meta["command"])
+
+    def changes(self) -> str:
+        """changed() as text: 'learning_rate=0.0005, num_iterations=1', or 'nothing (the preset as shipped)'."""
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.changed().items()) \
+            or "nothing (the preset as shipped)"
+
     def label(self) -> str:
         before, after = self.meta["before"]["accuracy"], self.meta["after"]["accuracy"]
         return f"{self.name}: {self.meta['what']} (accuracy {before:.2f} -> {after:.2f})"
+
+
+NOT_SETTINGS = ("seed", "run_dir", "dashboard", "preset")  # flags of helpers.train that choose no recipe setting
+
+
+def changed_settings(command: str) -> dict:
+    """The settings a `python -m helpers.train --preset NAME --flag value ...` command changed from that preset."""
+    words = command.split()
+    flags = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "true"
+            flags[word[2:].replace("-", "_")] = value
+    preset = get_preset(flags.get("preset", "cpu"))
+    out = {}
+    for field, text in flags.items():
+        if field in NOT_SETTINGS:
+            continue
+        shipped = getattr(preset, field, None)
+        value = text
+        if isinstance(shipped, bool):
+            value = text.lower() in ("true", "1", "yes")
+        elif isinstance(shipped, (int, float)):
+            value = type(shipped)(float(text)) if isinstance(shipped, float) else int(text)
+        if value != shipped:
+            out[field] = value
+    return out
 
 
 def names() -> list[str]:

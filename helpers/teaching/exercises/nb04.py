@@ -203,13 +203,34 @@ def _judge_brevity(fn):
                    f"be {want} - one score per completion, in order.")
 
 
+NO_EPSILON = ("every reward in this group is equal, so the group's std is 0 and you divided by it: add an epsilon to "
+              "the std, (reward - mean) / (std + 1e-4), as TRL's GRPOTrainer does (it adds 1e-4), and every advantage "
+              "is 0")
+
+
+def _has_nan_or_inf(got) -> bool:
+    """Whether an answer (a list, a tuple, a tensor or an array of numbers) holds a nan or an inf."""
+    try:
+        return any(not math.isfinite(float(x)) for x in got)
+    except (TypeError, ValueError):
+        return False
+
+
 def _judge_advantages(fn):
     if not callable(fn):
         raise Fail("the answer", "pass the function itself: my_advantages, not my_advantages([...])")
     cases = [[4.0, 0.0, 2.5, 0.0], [1.0, 0.0], [2.0, 2.0, 2.0, 2.0], [0.5, 1.0, 4.0, 0.0, 0.0, 2.5]]
     for rewards in cases:
         case = f"the group of rewards {rewards}"
-        got = call(case, fn, list(rewards))
+        equal = len(set(rewards)) == 1
+        try:
+            got = call(case, fn, list(rewards))
+        except Fail as f:
+            if equal and "raised ZeroDivisionError" in f.message:
+                raise Fail(case, f"on {case} your function raised ZeroDivisionError: {NO_EPSILON}.") from None
+            raise
+        if equal and _has_nan_or_inf(got):
+            raise Fail(case, f"for {case} you returned {got!r} (nan or inf, 0 / 0): {NO_EPSILON}.")
         truth = group_advantages(rewards)
         if not isinstance(got, (list, tuple)) or len(got) != len(rewards):
             raise Fail(case, f"for {case} you returned {got!r}; return one advantage per completion.")

@@ -112,6 +112,30 @@ def budget_estimate(settings: dict):
     return estimate(get_preset("t4").with_overrides(**settings), gpu="t4", budget_gb=T4_BUDGET_GB)
 
 
+def t4_free_at_load_gb() -> float:
+    """What gpu_memory_utilization is a fraction of on a T4 through Unsloth: the memory free at load
+    (helpers.memory.estimate.utilization_base_gb, the one home of that rule)."""
+    from helpers.memory.estimate import as_settings, gpu_total_gb, utilization_base_gb
+
+    return utilization_base_gb(as_settings(get_preset("t4")), gpu_total_gb("t4"))
+
+
+def _vllm_would_not_start(settings: dict, est) -> str:
+    """Why vLLM refuses to start with these settings: its reservation cannot hold the weights, its workspace and the
+    KV cache of one full sequence (helpers.memory.estimate.vllm_memory's rule)."""
+    from helpers.memory.estimate import GIB, VLLM_WORKSPACE_GB, kv_bytes_per_token, resolve_model
+
+    s = est.settings
+    util, base = s.gpu_memory_utilization, est.vllm_reservation / s.gpu_memory_utilization
+    need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(resolve_model(s.model)) / GIB
+    return (f"vLLM would not start: its reservation, gpu_memory_utilization x the memory free at load = {util:g} x "
+            f"{base:.2f} GB = {est.vllm_reservation:.2f} GB, cannot hold the weights ({est.weights:.2f} GB), its "
+            f"workspace ({VLLM_WORKSPACE_GB:g} GB) and the KV cache of one full sequence ({need:.3f} GB): it stops "
+            "with 'No available memory for the cache blocks' before any step. Fix: raise gpu_memory_utilization "
+            f"(the t4 preset reserves {get_preset('t4').gpu_memory_utilization:g}); only a run that starts is measured "
+            f"against the budget (this one would peak at {est.peak_gb:.2f} GB of {est.budget_gb:g})")
+
+
 def _over_budget_why(settings: dict, est) -> str:
     """The misconception behind a fix that does not fit: named from the estimate's largest part."""
     part, gb = max(est.components.items(), key=lambda kv: kv[1])
@@ -120,8 +144,9 @@ def _over_budget_why(settings: dict, est) -> str:
                 "activations of every completion are kept for the backward pass. A smaller batch only divides them; "
                 "checkpointing keeps each layer's input and recomputes the rest (gradient_checkpointing=True)")
     if part == "vllm_reservation":
-        return (f"the largest part is vLLM's reservation ({gb:.1f} GB): vLLM takes gpu_memory_utilization x the card "
-                f"(14.56 GB) up front, used or not, at {settings.get('gpu_memory_utilization')}; a 1.5B model in 4 bits "
+        return (f"the largest part is vLLM's reservation ({gb:.1f} GB): through Unsloth vLLM takes "
+                f"gpu_memory_utilization x the memory free at load ({t4_free_at_load_gb():.2f} GB on a T4) up front, "
+                f"used or not, at {settings.get('gpu_memory_utilization')}; a 1.5B model in 4 bits "
                 "and its KV cache need far less (the t4 preset reserves 0.3)")
     return f"the largest part is {part} ({gb:.2f} GB)"
 
@@ -155,6 +180,8 @@ def _judge_budget(answer):
         est = budget_estimate(s)
     except (PresetError, ValueError) as err:
         raise Fail("the settings", f"these settings are refused before anything loads: {err}") from None
+    if not est.vllm_starts:
+        raise Fail("vLLM", f"{_vllm_would_not_start(s, est)}.")
     if not est.fits:
         raise Fail("the budget", f"predicted {est.peak_gb:.2f} GB, over the {est.budget_gb:g} GB budget: "
                                  f"{_over_budget_why(s, est)}.")
@@ -296,14 +323,32 @@ def _judge_beta(answer):
 
 # The recipe exercise (recipe_choice): a learning rate and a beta for a 40-step cpu run, each justified by the
 # kit's measured runs (helpers.teaching.measured_runs): a run where the choice learned and one where its
-# alternative did not. What each measured run changed from the preset, for the recipe's two settings:
-RECIPE_RUNS = {"default-seed0": {}, "default-seed1": {}, "default-seed2": {}, "lr-1e-3": {"learning_rate": 1e-3},
-               "earlier-recipe-seed2": {"learning_rate": 5e-4}, "beta-0.04": {"beta": 0.04}}
-RECIPE_TRIED = {"learning_rate": (1e-3, 5e-4, 2.5e-4), "beta": (0.0, 0.04)}
+# alternative did not. What each measured run changed from the preset is read from its run.json (MeasuredRun.changed),
+# never typed here: a run that changed two settings at once is evidence for neither.
+RECIPE_SETTINGS = ("learning_rate", "beta")
+
+
+def recipe_runs() -> dict:
+    """{run name: {setting: value}}, every setting each shipped run changed from the cpu preset (its run.json)."""
+    from helpers.teaching import measured_runs
+
+    return {name: measured_runs.load(name).changed() for name in measured_runs.names()}
+
+
+def recipe_tried() -> dict:
+    """{setting: the values the measured runs tried}: the preset's and every run's that changed it."""
+    runs = recipe_runs()
+    return {setting: tuple(sorted({getattr(get_preset("cpu"), setting)}
+                                  | {ch[setting] for ch in runs.values() if setting in ch}, reverse=True))
+            for setting in RECIPE_SETTINGS}
 
 
 def recipe_value(run_name: str, setting: str) -> float:
-    return RECIPE_RUNS[run_name].get(setting, getattr(get_preset("cpu"), setting))
+    return recipe_runs()[run_name].get(setting, getattr(get_preset("cpu"), setting))
+
+
+def _changes(changed: dict) -> str:
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changed.items())
 
 
 def _recipe_evidence(name: str) -> str:
@@ -314,32 +359,50 @@ def _recipe_evidence(name: str) -> str:
             f"{run.meta['after']['accuracy']:.2f}")
 
 
+TWO_AT_ONCE = "that run changed two settings at once, so it cannot tell which one did it"
+
+
 def _judge_recipe(answer):
     from helpers.teaching import measured_runs
 
     if not isinstance(answer, dict) or not {"learning_rate", "beta", "because"} <= set(answer):
         raise Fail("the answer", "answer with a dict: {'learning_rate': ..., 'beta': ..., 'because': [run names]}")
     cited = list(answer["because"]) if isinstance(answer["because"], (list, tuple)) else [answer["because"]]
+    runs = recipe_runs()
     for name in cited:
-        if name not in measured_runs.names():
+        if name not in runs:
             raise Fail(f"run {name!r}", f"{name!r} is not a measured run: choose from {measured_runs.names()}.")
-        if name not in RECIPE_RUNS:
-            raise Fail(f"run {name!r}", f"{name} changed another setting ({measured_runs.load(name).meta['what'][:60]})"
-                       ": it says nothing about the learning rate or beta. Evidence for a setting comes from runs "
-                       "that differ in that setting only.")
-    for setting, tried in RECIPE_TRIED.items():
-        if not any(close(answer[setting], t, 1e-9) for t in tried):
+        changed = runs[name]
+        if len(changed) > 1:
+            raise Fail(f"run {name!r}", f"{name} changed {_changes(changed)} (its run.json): {TWO_AT_ONCE}, and it is "
+                       f"evidence for none of them. Evidence for a setting comes from runs that differ in that setting "
+                       "only.")
+        if not set(changed) <= set(RECIPE_SETTINGS):
+            raise Fail(f"run {name!r}", f"{name} changed another setting ({_changes(changed)}): it says nothing about "
+                       "the learning rate or beta. Evidence for a setting comes from runs that differ in that setting "
+                       "only.")
+    tried = recipe_tried()
+    for setting, values in tried.items():
+        if not any(close(answer[setting], t, 1e-9) for t in values):
             raise Fail(setting, f"{setting}={answer[setting]!r} was not measured (tried: "
-                                f"{', '.join(f'{t:g}' for t in tried)}): a choice justified by the runs is one of those.")
-    same = {n: learned(measured_runs.load(n)) for n in RECIPE_RUNS
-            if all(close(recipe_value(n, o), answer[o], 1e-9) for o in RECIPE_TRIED)}  # the runs of this recipe
+                                f"{', '.join(f'{t:g}' for t in values)}): a choice justified by the runs is one of those.")
+    single = {n: ch for n, ch in runs.items() if len(ch) <= 1}  # the runs that can speak for one setting
+    for setting in RECIPE_SETTINGS:
+        value = answer[setting]
+        if not any(close(recipe_value(n, setting), value, 1e-9) for n in single):
+            only = [n for n in runs if close(recipe_value(n, setting), value, 1e-9)]
+            raise Fail(setting, f"{setting}={value:g} was measured only by {', '.join(only)}, which changed "
+                       f"{_changes(runs[only[0]])}: {TWO_AT_ONCE} ({_recipe_evidence(only[0])}). Choose a value a run "
+                       "that changed that setting alone measured.")
+    same = {n: learned(measured_runs.load(n)) for n in single
+            if all(close(recipe_value(n, o), answer[o], 1e-9) for o in RECIPE_SETTINGS)}  # the runs of this recipe
     for name, ok in same.items():
         if not ok:
-            setting = next(iter(RECIPE_RUNS[name]))
+            setting = next(iter(runs[name]), RECIPE_SETTINGS[0])
             raise Fail(setting, f"{setting}={answer[setting]:g} did not learn: {_recipe_evidence(name)}. A larger "
                        "step or a stronger pull is not faster learning on 40 steps: read the run's entropy and its "
                        "most common answers.")
-    for setting in RECIPE_TRIED:
+    for setting in RECIPE_SETTINGS:
         value = answer[setting]
         shows = [n for n in cited if n in same]
         against = [n for n in cited if not close(recipe_value(n, setting), value, 1e-9)]
@@ -418,7 +481,8 @@ budget_fix = Exercise(
     hint=("print(budget_estimate(classmate).table()): which part is the largest? Change the setting that decides "
           "it, not the group, the completion length or the completions per step.",
           "two settings: gradient checkpointing (activations kept per layer, the rest recomputed) and vLLM's "
-          "up-front reservation (gpu_memory_utilization x 14.56 GB).",
+          "up-front reservation (gpu_memory_utilization x the memory free at load, "
+          f"{t4_free_at_load_gb():.2f} GB on a T4).",
           "{**classmate, 'gradient_checkpointing': True, 'gpu_memory_utilization': 0.3}"),
     judge=_judge_budget,
     success="the group, the answers' room and the step are kept; the memory came from what the run did not need.")
@@ -669,8 +733,9 @@ recipe_choice = Exercise(
     LESSON, "recipe_choice",
     hint=("the runs' names say what each changed; run.label() and run.meta['what'] say more. Which learning rate and "
           "which beta learned on every run that used them?",
-          "learning_rate 2.5e-4 (default-seed0/1/2 learned; lr-1e-3 and earlier-recipe-seed2 collapsed), beta 0.0 "
-          "(default-seed0 against beta-0.04)."),
+          "learning_rate 2.5e-4 (default-seed0/1/2 learned; lr-1e-3 collapsed; earlier-recipe-seed2 changed the "
+          "learning rate and num_iterations at once, so it is evidence for neither), beta 0.0 (default-seed0 against "
+          "beta-0.04)."),
     judge=_judge_recipe,
     success="each setting chosen from runs that differ in it alone, with the run that rules out the alternative.")
 

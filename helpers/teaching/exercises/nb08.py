@@ -313,6 +313,22 @@ def loop_cases():
     ]
 
 
+NO_GRAPH = ("loss.backward() found no graph: the loss was computed under torch.no_grad() or from detached "
+            "log-probs. The loss must keep the graph back to the log-probs (logps = grpo_math.completion_logps(model, "
+            "batch, temperature) outside torch.no_grad(), no .detach(), .item() or float(...) on the way; only "
+            "old_logps = logps.detach() is the constant)")
+
+
+def _call_loop(case, fn, *args, **kwargs):
+    """The student's loop through call(); a backward through a loss with no graph is named, not a bare error."""
+    try:
+        return call(case, fn, *args, **kwargs)
+    except Fail as f:
+        if "does not require grad" in f.message:
+            raise Fail(case, f"on {case} your loop raised RuntimeError: {NO_GRAPH}.") from None
+        raise
+
+
 def _trace(fn, case, settings, groups, rewards, mistake=None):
     """Run a loop (the student's, or reference_train with `mistake`) on a fresh stand-in: what it did, step by step."""
     import torch
@@ -332,7 +348,7 @@ def _trace(fn, case, settings, groups, rewards, mistake=None):
     if fn is reference_train:
         curve = reference_train(model, optimizer, sample, score, settings["steps"], mistake=mistake, **kwargs)
     else:
-        curve = call(case, fn, model, optimizer, sample, score, settings["steps"], **kwargs)
+        curve = _call_loop(case, fn, model, optimizer, sample, score, settings["steps"], **kwargs)
     recorder.remove()
     return {"curve": curve, "sampled": sampled, "raw": recorder.raw, "used": recorder.used, "after": recorder.after}
 
@@ -419,8 +435,8 @@ def _run_for_real(fn, run: dict) -> dict:
 
     recorder, start = _Recorder(model, optimizer, on_step), time.perf_counter()
     try:
-        curve = call("the lesson's run", fn, model, optimizer, sample, score, settings["steps"],
-                     max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
+        curve = _call_loop("the lesson's run", fn, model, optimizer, sample, score, settings["steps"],
+                           max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
     finally:
         recorder.remove()
     wall = time.perf_counter() - start
