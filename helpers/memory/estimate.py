@@ -380,13 +380,14 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMe
             + ("Given by standby_utilization." if s.standby_utilization is not None else
                "0.76 is a fit to two Unsloth T4 CI peaks, not a documented constant (docs/memory.md).")
         )
-    reservation = util * utilization_base_gb(s, total_gb)
+    base = utilization_base_gb(s, total_gb)  # the memory free at load through Unsloth, else the card
+    reservation = util * base
     weights = weight_bytes(arch, s.load_dtype) / GIB  # shared or its own copy: the same bytes inside the reservation
     kv = reservation - weights - VLLM_WORKSPACE_GB
     need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB
     if kv < need:
         notes.append(
-            f"vLLM would not start: {util:.2f} x {total_gb:.2f} GB = {reservation:.2f} GB leaves {kv:.2f} GB for KV "
+            f"vLLM would not start: {util:.2f} x {base:.2f} GB = {reservation:.2f} GB leaves {kv:.2f} GB for KV "
             f"cache after {weights:.2f} GB weights, less than one sequence needs ({need:.3f} GB) -> 'No available "
             "memory for the cache blocks'. Fix: raise gpu_memory_utilization"
         )
@@ -435,8 +436,8 @@ def phase_components(states: ModelStates, engine: EngineMemory, activations: flo
 class MemoryEstimate:
     """Where the memory goes (GB = GiB as PyTorch reports), the peak and whether it fits `budget_gb`.
 
-    The component fields hold each thing's full size. vllm_reservation is gpu_memory_utilization x card and
-    already contains the weights when vLLM shares them (weights_inside_vllm) and its KV cache (kv_cache).
+    The component fields hold each thing's full size. vllm_reservation is gpu_memory_utilization x the memory free at
+    load through Unsloth (x the card otherwise: helpers.memory.estimate.utilization_base_gb) and already contains the weights when vLLM shares them (weights_inside_vllm) and its KV cache (kv_cache).
     For the HF engine kv_cache is transformers generate's cache plus its prefill workspace, alive during generation only.
     `components` gives the parts of the peak phase, which add up to peak_gb.
     """
