@@ -8,8 +8,7 @@ a fresh clone), puts it on sys.path and calls into this module:
     kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, ...)  # runtime, preset, guards, run folder
 
 The Colab half (the lesson table, finding the kit, the pinned install and restart, the Drive run folder) is
-helpers.colab; docs/colab.md explains the design. This module's name, and every name a setup cell calls, stay as
-they are: students' older copies of the notebooks run the same cell. Like helpers.colab it imports only the standard
+helpers.colab; docs/colab.md explains the design. Like helpers.colab it imports only the standard
 library and helpers.runtime at import time, so it can run *before* the pinned stack (which replaces Colab's torch) is
 installed (tests/test_notebook_helpers.py checks it).
 """
@@ -23,33 +22,15 @@ from pathlib import Path
 
 # helpers.runtime and helpers.colab load torch only inside functions: safe before the Colab install.
 from helpers import runtime as rt
-from helpers.colab import KIT_DIRNAME, LESSONS, kit_root, lesson_needs_gpu  # used below; setup.LESSONS
-# and setup.lesson_needs_gpu also still answer for older copies (helpers.colab is their home)
+from helpers.colab import KIT_DIRNAME, LESSONS, kit_root, lesson_needs_gpu
 from helpers.colab import drive_run_dir_or_none  # Drive, or None: the run folder stays here (files handed on)
-from helpers.colab import install_if_colab  # noqa: F401 - the setup cell (every copy, old or new) calls it here
-from helpers.runtime import on_colab  # noqa: F401 - for older copies: setup.on_colab, as before the Colab half moved
+from helpers.colab import install_if_colab  # noqa: F401 - the setup cell calls it here
 from helpers.messages import say, warn  # the standard library only
 
 # The kit's GitHub owner/name. scripts/set_repo.py changes it here and in every badge and clone URL;
 # tests/test_repo_slug.py checks that they all agree.
 REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 DEFAULT_RUN_DIR = "runs/course"
-
-# Students' older copies of lesson 06 called setup.locate_adapter / setup.is_adapter / setup.AdapterMissing; those
-# live in helpers.sharing now (beside the other adapter code) and load from there on first use: helpers.sharing
-# imports the model code, which must not load before the Colab install.
-_MOVED_TO_SHARING = ("ADAPTER_FILES", "AdapterMissing", "adapter_base_model", "adapter_fits", "base_model_key",
-                     "is_adapter", "locate_adapter")
-
-
-def __getattr__(name: str):
-    """For older copies of the notebooks only: the adapter finder's names, from helpers.sharing (PEP 562)."""
-    if name in _MOVED_TO_SHARING:
-        from helpers import sharing
-
-        return getattr(sharing, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 # The setup cell, one text for every notebook (scripts/make_notebooks.py writes it). Only the part that must run
 # before helpers/ can be imported lives in it: finding (or fetching) the kit. Every name it reads (PRESET, LESSON,

@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from helpers import prompts
 from helpers.teaching import exercises as E
 from helpers.teaching.exercises import registry
-from helpers.teaching import grpo_math
+from helpers.teaching import grpo_math, reruns
 from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import answer_of, answers_match, completion_text
 
@@ -574,21 +574,6 @@ def test_hints_come_in_levels_where_an_exercise_has_several(capsys):
     assert past == third
 
 
-def test_an_older_copy_calling_a_check_by_its_old_number_is_checked_by_the_exercise_it_meant(capsys):
-    """04's copies saved before its exercises were numbered in the lesson's order call ex.q3.check(brevity_reward),
-    ex.q4.check(my_advantages) and ex.q5.check(prediction): each is judged by the exercise it answers, and says so."""
-    scope = _lesson_scope()
-    for name in ("brevity_reward", "my_advantages", "prediction"):
-        exec(compile(registry.find(name)["solution"], f"<solution {name}>", "exec"), scope)  # noqa: S102
-    old_calls = {"q3": scope["brevity_reward"], "q4": scope["my_advantages"], "q5": scope["prediction"]}
-    for old_qid, answer in old_calls.items():
-        assert getattr(E.nb04, old_qid).check(answer).passed, old_qid
-        assert "Checked as exercise 4." in capsys.readouterr().out
-    wrong = "a" if scope["prediction"] != "a" else "b"
-    assert not E.nb04.q5.check(wrong).passed  # routed to the prediction's own judge, which still refuses
-    assert not E.nb04.q4.check(lambda completions, **kw: [0.0] * len(completions)).passed  # a nameless answer: no routing
-
-
 def test_module_qualified_and_aliased_calls_are_counted_as_the_call():
     """`trl.GRPOConfig(...)` after `import trl` (or an alias) is the same call as `GRPOConfig(...)`: it passes when
     right, and when wrong is judged on its fields, never refused as "called GRPOConfig 0 times"."""
@@ -653,13 +638,13 @@ def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, c
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     monkeypatch.setattr(subprocess, "run", fake_run)
-    rows = E.nb05._first_batches([{}, {"temperature": 0.3}])
+    rows = reruns.first_batches_here_or_apart([{}, {"temperature": 0.3}])
     assert rows == [{"reward": 0.1}, {"reward": 0.5}]
     assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-2]) == [{}, {"temperature": 0.3}]
-    assert "nb05.first_batches" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
+    assert "reruns.first_batches" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
     out = capsys.readouterr().out
     assert "reusing the first batch" in out and "log line" not in out  # the reuse is said; the run's log is not
-    E.nb05._first_batches([{}], reuse=False)
+    reruns.first_batches_here_or_apart([{}], reuse=False)
     assert seen["cmd"][-1] == "again"
 
 
@@ -670,23 +655,22 @@ def test_an_identical_rerun_is_read_back_and_says_so(monkeypatch, tmp_path, caps
     docs/performance.md, 2026-11-27.)"""
     from helpers import reuse
 
-    nb05 = E.nb05
     trained = []
 
     def fake_first_batch(preset, loaded):
         trained.append(preset.temperature)
         return {"reward": preset.temperature / 10, "entropy": 1.0}
 
-    monkeypatch.setattr(nb05, "_first_batch", fake_first_batch)
-    monkeypatch.setattr(nb05, "_rerun_path", lambda key: tmp_path / f"{reuse.digest(key)}.json")
-    first = nb05.first_batches([{}, {"temperature": 0.3}])
+    monkeypatch.setattr(reruns, "_first_batch", fake_first_batch)
+    monkeypatch.setattr(reruns, "_rerun_path", lambda key: tmp_path / f"{reuse.digest(key)}.json")
+    first = reruns.first_batches([{}, {"temperature": 0.3}])
     assert trained == [1.0, 0.3] and "reusing" not in capsys.readouterr().out
-    assert nb05.first_batches([{}, {"temperature": 0.3}]) == first and trained == [1.0, 0.3]
+    assert reruns.first_batches([{}, {"temperature": 0.3}]) == first and trained == [1.0, 0.3]
     out = capsys.readouterr().out
     assert "identical earlier run (the preset)" in out and "identical earlier run (temperature=0.3)" in out
-    assert nb05.first_batches([{}, {"temperature": 0.5}])[1]["reward"] == 0.05 and trained == [1.0, 0.3, 0.5]
-    nb05.first_batches([{}], reuse=False)
+    assert reruns.first_batches([{}, {"temperature": 0.5}])[1]["reward"] == 0.05 and trained == [1.0, 0.3, 0.5]
+    reruns.first_batches([{}], reuse=False)
     assert trained == [1.0, 0.3, 0.5, 1.0]
     monkeypatch.setattr(reuse, "kit_sources", lambda: "the kit's code changed")
-    nb05.first_batches([{"temperature": 0.3}])
+    reruns.first_batches([{"temperature": 0.3}])
     assert trained == [1.0, 0.3, 0.5, 1.0, 0.3]

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers.teaching import measured_runs as M
-from helpers.teaching.exercises import diagnose
+from helpers.teaching.exercises.nb05 import diagnose
 
 NAMES = M.names()
 
@@ -45,7 +45,7 @@ def test_an_unknown_run_names_the_shipped_ones():
 def test_what_exercise_5_4_says_about_its_runs():
     """05's exercise 5.6 and its solution's comment: learning rate 1e-3 collapses to one answer while its training
     curves raise no warning; the earlier recipe collapses too (its entropy near 0); Dr. GRPO's scaling still learns."""
-    from helpers.teaching.exercises import LEARNING_RUNS, learned
+    from helpers.teaching.exercises.nb05 import LEARNING_RUNS, learned
 
     fast = M.load("lr-1e-3")
     assert fast.common_answers(1).startswith("'2' x50") and diagnose(fast.rows)[0] == "healthy"
@@ -58,7 +58,7 @@ def test_what_exercise_5_4_says_about_its_runs():
 def test_what_05_and_the_guide_say_about_beta():
     """05's exercise 5.9 and the guide's answer key: at 40 steps beta = 0.04 learned less than beta = 0 (0.48 against
     0.18), kept a higher entropy, and logged kl (beta = 0 logs none)."""
-    from helpers.teaching.exercises import beta_outcome
+    from helpers.teaching.exercises.nb05 import beta_outcome
 
     zero, penalty = M.load("default-seed0"), M.load("beta-0.04")
     assert beta_outcome()[0] == "b"

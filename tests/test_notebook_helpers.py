@@ -11,7 +11,7 @@ import pytest
 from helpers import colab, notebook_setup, sharing
 from helpers.run import pipeline
 from helpers.teaching import course, reward_lab
-from helpers.runtime import RuntimeProblem, fake_runtime
+from helpers.runtime import RuntimeProblem, fake_runtime, on_colab
 from helpers.config import PresetError
 from helpers.run.dashboard import plot_dashboard
 
@@ -30,8 +30,8 @@ def test_kit_root_outside_the_kit_says_what_to_do(tmp_path, monkeypatch):
 
 
 def test_on_colab_needs_a_colab_variable():
-    assert notebook_setup.on_colab({"COLAB_RELEASE_TAG": "x"})
-    assert not notebook_setup.on_colab({"HOME": "/root"})
+    assert on_colab({"COLAB_RELEASE_TAG": "x"})
+    assert not on_colab({"HOME": "/root"})
 
 
 def test_install_if_colab_does_nothing_off_colab(monkeypatch, tmp_path):
@@ -64,15 +64,13 @@ def test_the_setup_cells_modules_import_only_the_standard_library():
                            "'helpers.notebook_setup', 'helpers.runtime']")
 
 
-def test_older_notebook_copies_still_find_every_name_they_call():
-    """Students' copies of earlier versions call these on `setup`; the adapter finder now lives in helpers.sharing
-    and loads only when asked (a name that never existed still raises AttributeError)."""
+def test_the_setup_module_is_the_front_door_only():
+    """The setup cell calls install_if_colab on `setup`; the adapter finder lives in helpers.sharing (no re-exports
+    for notebook copies that never existed: a name it does not define raises AttributeError)."""
     assert notebook_setup.install_if_colab is colab.install_if_colab
-    assert notebook_setup.LESSONS is colab.LESSONS and notebook_setup.lesson_needs_gpu("05_train")
-    for name in ("locate_adapter", "is_adapter", "AdapterMissing", "ADAPTER_FILES", "base_model_key"):
-        assert getattr(notebook_setup, name) is getattr(sharing, name)
-    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
-        notebook_setup.no_such_name
+    for name in ("locate_adapter", "is_adapter", "AdapterMissing", "no_such_name"):
+        with pytest.raises(AttributeError):
+            getattr(notebook_setup, name)
     assert len((ROOT / "helpers" / "notebook_setup.py").read_text().splitlines()) <= 250, "the front door only"
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib
 
 LESSONS = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08")  # 09 is checked by helpers.capstone
-_MOVED = {name: "nb05" for name in ("diagnose", "learned", "LEARNING_RUNS", "beta_outcome")}  # older import lines
 
 
 def __getattr__(name: str):
@@ -31,6 +30,4 @@ def __getattr__(name: str):
         return importlib.import_module(f"{__name__}.{name}")
     if name == "ALL":
         return {lesson: __getattr__(lesson) for lesson in LESSONS}
-    if name in _MOVED:
-        return getattr(__getattr__(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

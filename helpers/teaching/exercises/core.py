@@ -59,11 +59,8 @@ class Exercise:
     """One self-checked exercise of `lesson` ("04"), known by its answer's `name` (what the solution cell defines
     and the check cell passes); `judge(answer, **context)` raises Fail or NotAnswered, or returns when right."""
 
-    _LESSONS: dict[str, dict[str, "Exercise"]] = {}  # lesson -> {answer name: exercise}, as the modules build them
-
     def __init__(self, lesson: str, name: str, hint, judge, success: str = ""):
         self.lesson, self.name, self._hint, self._judge, self.success = lesson, name, hint, judge, success
-        Exercise._LESSONS.setdefault(lesson, {})[name] = self
 
     @property
     def entry(self) -> dict:
@@ -78,10 +75,6 @@ class Exercise:
         """context: what a judge needs from the notebook besides the answer (e.g. the real records it also tries)."""
         if answer is MISSING or answer is None or answer is Ellipsis:
             return self._not_answered()
-        if (meant := self._meant(answer)) is not None:
-            print(f"(Checked as exercise {meant.number}, ex.{meant.qid}: your notebook is a copy from before the "
-                  "exercises were numbered in the lesson's order.)")
-            return meant.check(answer, **context)
         blanks = blanks_left(answer)
         if blanks:
             return self._not_answered(f"{blanks} blank{'s' if blanks > 1 else ''} (`...`) left in "
@@ -93,22 +86,6 @@ class Exercise:
         except Fail as f:
             return CheckResult(False, f.message, f.case)
         return CheckResult(True, self.success or "every hidden case passed.")
-
-    def _meant(self, answer) -> "Exercise | None":
-        """The exercise an older notebook copy means when it calls this check by its old number: a function named
-        after another exercise's answer in this lesson, or a plain value (a predicted letter) handed to a check that
-        wants a function, when the lesson has one such exercise."""
-        siblings = Exercise._LESSONS.get(self.lesson, {})
-        if callable(answer):
-            name = getattr(answer, "__name__", self.name)
-            return siblings.get(name) if name != self.name else None
-        if not self._wants_function():
-            return None
-        plain = [e for e in siblings.values() if not e._wants_function()]
-        return plain[0] if len(plain) == 1 else None
-
-    def _wants_function(self) -> bool:
-        return f"def {self.name}(" in self.entry["solution"]
 
     def _not_answered(self, detail: str = "") -> CheckResult:
         return CheckResult(False, f"not answered yet: {detail}write your answer in the cell above, run it, then run "
