@@ -387,9 +387,9 @@ def eval_report(before: dict, after: dict, settings=None, pass_at_k: dict | None
 
 
 def write_eval(path, report: dict) -> Path:
+    """eval.json, written beside and renamed: a kill or a full disk never leaves half of one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
+    reuse.write_atomically(path, json.dumps(report, indent=2))
     return path
 
 
