@@ -268,8 +268,9 @@ def _disk_full_error(state: RunState, what: str, step: int, err: BaseException) 
 def training(state: RunState, trainer):
     """Around trainer.train(), in train() below and in notebook 05's own cell: the dashboard, the kit's patches and the
     reward watch go in (prepare_trainer); a checkpoint that already reached max_steps (a kill during the final
-    evaluation) is restored, and the body skips training (state.folder.training_done); an OOM prints the cheapest fixes; Ctrl-C (and SIGTERM or SIGHUP under
-    python -m helpers.train) says how to resume; a full disk becomes a RunDirError with the free space and the fix."""
+    evaluation) is restored, and the body skips training (state.folder.training_done); an OOM prints the cheapest
+    fixes; Ctrl-C (and SIGTERM or SIGHUP under python -m helpers.train) says how to resume; a full disk becomes a
+    RunDirError with the free space and the fix."""
     prepare_trainer(trainer, state.preset, state.options.reward_timeout)
     if state.folder.training_done:
         try:
