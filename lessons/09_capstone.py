@@ -12,7 +12,7 @@
 # - Know what "it trained" means: your `trainer.train()` ran the steps (counted by the checker's own callback), a reward was logged on each step that sampled (every `num_iterations`-th), the LoRA B matrices changed through those steps, and the saved adapter is those weights.
 # - Check a script from a notebook cell (`capstone.check`) or a terminal (`python -m helpers.capstone`).
 #
-# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), 1-2 minutes on a 2-core CPU (131 s measured on a loaded 2-core machine, 2026-11-27).
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), 34 s measured on an idle 2-core machine (`python -m helpers.capstone capstone/solution/train_grpo.py`, 2026-11-29), 131 s on a loaded one (2026-11-27).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -96,7 +96,7 @@ print(f"the exercise cell writes {SCRIPT}" + (" (a file is there now: the cell r
 # {{include capstone/solution/train_grpo.py}}
 
 # %%
-# The check: runs the script for 2 GRPO steps in a temporary folder (about 45 s on a 2-core CPU) and says "Passed" or what to fix
+# The check: runs the script for 2 GRPO steps in a temporary folder (34 s on an idle 2-core CPU, 131 s on a busy one) and says "Passed" or what to fix
 capstone.check(SCRIPT)
 
 # %% [markdown]
