@@ -9,10 +9,12 @@ tests/test_measured_runs.py checks what the lessons say about them.
 from __future__ import annotations
 
 import json
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers import train
 from helpers.config import get_preset
 from helpers.rewards import answer_of
 from helpers.run.metrics import read_metrics
@@ -49,39 +51,29 @@ class MeasuredRun:
 
     def changes(self) -> str:
         """changed() as text: 'learning_rate=0.0005, num_iterations=1', or 'nothing (the preset as shipped)'."""
-        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.changed().items()) \
-            or "nothing (the preset as shipped)"
+        return settings_text(self.changed()) or "nothing (the preset as shipped)"
 
     def label(self) -> str:
         before, after = self.meta["before"]["accuracy"], self.meta["after"]["accuracy"]
         return f"{self.name}: {self.meta['what']} (accuracy {before:.2f} -> {after:.2f})"
 
 
-NOT_SETTINGS = ("seed", "run_dir", "dashboard", "preset")  # flags of helpers.train that choose no recipe setting
+NOT_SETTINGS = ("seed",)  # a Preset field that chooses no recipe setting: runs differing only there are seeds
 
 
 def changed_settings(command: str) -> dict:
-    """The settings a `python -m helpers.train --preset NAME --flag value ...` command changed from that preset."""
-    words = command.split()
-    flags = {}
-    for i, word in enumerate(words):
-        if word.startswith("--"):
-            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "true"
-            flags[word[2:].replace("-", "_")] = value
-    preset = get_preset(flags.get("preset", "cpu"))
-    out = {}
-    for field, text in flags.items():
-        if field in NOT_SETTINGS:
-            continue
-        shipped = getattr(preset, field, None)
-        value = text
-        if isinstance(shipped, bool):
-            value = text.lower() in ("true", "1", "yes")
-        elif isinstance(shipped, (int, float)):
-            value = type(shipped)(float(text)) if isinstance(shipped, float) else int(text)
-        if value != shipped:
-            out[field] = value
-    return out
+    """The settings a `python -m helpers.train --preset NAME --flag value ...` command changed from that preset,
+    typed: read by helpers.train's own parser (aliases, types and all), less the seed and any flag that repeats the
+    preset's value."""
+    args = train.parse_args(shlex.split(command)[3:])  # after `python -m helpers.train`
+    preset = get_preset(args.preset)
+    return {k: v for k, v in train.overrides_from(args).items()
+            if k not in NOT_SETTINGS and v != getattr(preset, k)}
+
+
+def settings_text(changed: dict) -> str:
+    """{field: value} as 'learning_rate=0.0005, num_iterations=1' ('' for none)."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in changed.items())
 
 
 def names() -> list[str]:

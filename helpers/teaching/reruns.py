@@ -15,6 +15,7 @@ from helpers import speedups
 from helpers.config import get_preset
 from helpers.messages import say
 from helpers.model import cache_dir, prepare_embedded_model
+from helpers.teaching.measured_runs import settings_text
 
 
 def rerun_preset(seed: int = 0):
@@ -86,7 +87,7 @@ def rerun_key(preset, machine: dict) -> dict:
 
 
 def change_text(change: dict) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in change.items()) or "the preset"
+    return settings_text(change) or "the preset"
 
 
 def first_batches_here_or_apart(changes: list[dict], reuse: bool = True) -> list[dict]:
