@@ -386,10 +386,12 @@ def vllm_memory(arch: ModelArch, s: MemorySettings, total_gb: float) -> EngineMe
     kv = reservation - weights - VLLM_WORKSPACE_GB
     need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB
     if kv < need:
+        of = "the memory free at load" if base != total_gb else "the card"
         notes.append(
-            f"vLLM would not start: {util:.2f} x {base:.2f} GB = {reservation:.2f} GB leaves {kv:.2f} GB for KV "
-            f"cache after {weights:.2f} GB weights, less than one sequence needs ({need:.3f} GB) -> 'No available "
-            "memory for the cache blocks'. Fix: raise gpu_memory_utilization"
+            f"vLLM would not start: its reservation, gpu_memory_utilization x {of} = {util:g} x {base:.2f} GB = "
+            f"{reservation:.2f} GB, cannot hold the weights ({weights:.2f} GB), its workspace ({VLLM_WORKSPACE_GB:g} "
+            f"GB) and the KV cache of one full sequence ({need:.3f} GB): it stops with 'No available memory for the "
+            "cache blocks' before any step. Fix: raise gpu_memory_utilization"
         )
     return EngineMemory(reservation=reservation, kv_cache=max(kv, 0.0), weights_inside=s.vllm_shares_weights,
                         starts=kv >= need, notes=tuple(notes),

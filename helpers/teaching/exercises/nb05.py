@@ -118,20 +118,12 @@ def t4_free_at_load_gb() -> float:
     return utilization_base_gb(as_settings(get_preset("t4")), gpu_total_gb("t4"))
 
 
-def _vllm_would_not_start(settings: dict, est) -> str:
-    """Why vLLM refuses to start with these settings: its reservation cannot hold the weights, its workspace and the
-    KV cache of one full sequence (helpers.memory.estimate.vllm_memory's rule)."""
-    from helpers.memory.estimate import GIB, VLLM_WORKSPACE_GB, kv_bytes_per_token, resolve_model
-
-    s = est.settings
-    util, base = s.gpu_memory_utilization, est.vllm_reservation / s.gpu_memory_utilization
-    need = (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(resolve_model(s.model)) / GIB
-    return (f"vLLM would not start: its reservation, gpu_memory_utilization x the memory free at load = {util:g} x "
-            f"{base:.2f} GB = {est.vllm_reservation:.2f} GB, cannot hold the weights ({est.weights:.2f} GB), its "
-            f"workspace ({VLLM_WORKSPACE_GB:g} GB) and the KV cache of one full sequence ({need:.3f} GB): it stops "
-            "with 'No available memory for the cache blocks' before any step. Fix: raise gpu_memory_utilization "
-            f"(the t4 preset reserves {get_preset('t4').gpu_memory_utilization:g}); only a run that starts is measured "
-            f"against the budget (this one would peak at {est.peak_gb:.2f} GB of {est.budget_gb:g})")
+def _vllm_would_not_start(est) -> str:
+    """Why vLLM refuses to start (the memory model's own note, helpers.memory.estimate.vllm_memory), then where the
+    budget comes in."""
+    note = next(n for n in est.notes if n.startswith("vLLM would not start"))
+    return (f"{note} (the t4 preset reserves {get_preset('t4').gpu_memory_utilization:g}); only a run that starts is "
+            f"measured against the budget (this one would peak at {est.peak_gb:.2f} GB of {est.budget_gb:g})")
 
 
 def _over_budget_why(settings: dict, est) -> str:
@@ -179,7 +171,7 @@ def _judge_budget(answer):
     except (PresetError, ValueError) as err:
         raise Fail("the settings", f"these settings are refused before anything loads: {err}") from None
     if not est.vllm_starts:
-        raise Fail("vLLM", f"{_vllm_would_not_start(s, est)}.")
+        raise Fail("vLLM", f"{_vllm_would_not_start(est)}.")
     if not est.fits:
         raise Fail("the budget", f"predicted {est.peak_gb:.2f} GB, over the {est.budget_gb:g} GB budget: "
                                  f"{_over_budget_why(s, est)}.")
