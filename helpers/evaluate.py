@@ -21,7 +21,7 @@ from pathlib import Path
 from helpers import data
 from helpers.config import Preset, get_preset
 from helpers.messages import say
-from helpers.run.folder import CONFIG_FILE, RunLock, read_json
+from helpers.run.folder import CONFIG_FILE, RunLock, read_json, write_problem
 from helpers.evaluation import (before_after, eval_report, load_before, load_for_eval, pass_at_k_before_after,
                                 side_by_side_text, write_eval)
 
@@ -83,13 +83,11 @@ def check_eval_size(preset, run_eval_size: int) -> None:
 
 
 def _write_problem(run_dir: Path) -> str | None:
-    """Why eval.json (and the folder's lock) cannot be written in run_dir, or None. A probe file, not os.access: as
-    root os.access says yes to a read-only mount. eval.json is opened to append nothing: it is left as it is."""
-    probe = run_dir / ".grpo-kit-write-test"
+    """Why eval.json (and the folder's lock) cannot be written in run_dir, or None: the run folder's probe
+    (helpers.run.folder.write_problem), and eval.json opened to append nothing (it is left as it is)."""
+    if why := write_problem(run_dir):
+        return why
     try:
-        with open(probe, "w"):
-            pass
-        probe.unlink()
         if (run_dir / EVAL_FILE).exists():
             with open(run_dir / EVAL_FILE, "a"):
                 pass

@@ -235,18 +235,20 @@ def make_folder(path: Path, flag: str = "--run-dir") -> None:
             raise
         raise RunDirError(f"{flag} {path} cannot be created ({err.strerror}). Fix: choose a folder on a writable "
                           "disk (e.g. runs/demo inside the kit).") from None
-    if not _writable(path):
+    if write_problem(path):
         raise RunDirError(f"{flag} {path} is not writable. Fix: choose a folder you can write to.")
 
 
-def _writable(path: Path) -> bool:
+def write_problem(path: Path) -> str | None:
+    """Why a file cannot be written in the folder (a probe file, not os.access: as root os.access says yes to a
+    read-only mount), or None."""
     probe = path / ".grpo-kit-write-test"
     try:
         probe.write_text("")
         probe.unlink()
-        return True
-    except OSError:
-        return False
+    except OSError as err:
+        return f"{err.strerror or err}: {err.filename or path}"
+    return None
 
 
 def plan_run_folder(run_dir: Path | None, preset_name: str, overwrite: bool, resume: bool | None = None,
