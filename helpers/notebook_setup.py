@@ -32,9 +32,10 @@ from helpers.messages import say, warn  # the standard library only
 REPO_SLUG = "grpo-course-kit/grpo-course-kit"
 DEFAULT_RUN_DIR = "runs/course"
 
-# The setup cell, one text for every notebook (scripts/make_notebooks.py writes it). Only the part that must run
-# before helpers/ can be imported lives in it: finding (or fetching) the kit. Every name it reads (PRESET, LESSON,
-# USE_DRIVE, RUN_DIR, ...) comes from the notebook's parameters cell, just above it.
+# The setup cell, one text for every notebook (scripts/make_notebooks.py writes it where a lesson says
+# `# {{setup cell}}`). Only the part that must run before helpers/ can be imported lives in it: finding (or fetching)
+# the kit. Every name it reads (PRESET, LESSON, USE_DRIVE, RUN_DIR, ...) comes from the notebook's parameters cell,
+# just above it.
 SETUP_CELL = """\
 # Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
 import glob, os, subprocess, sys, zipfile

@@ -456,7 +456,7 @@ def adapter_fits(folder: str | os.PathLike, preset) -> bool:
 
 
 def base_model_key(name: str) -> str:
-    """A model's identity across spellings: "unsloth/Qwen2.5-1.5B-Instruct", its "-unsloth-bnb-4bit" repo and a
+    """A model's identity across spellings: "unsloth/Llama-3.2-1B-Instruct", its "-unsloth-bnb-4bit" repo and a
     local folder of the same name agree; so do the cpu preset's "SmolLM2-135M-Instruct (embedded, ...)" and the
     cached folder .../SmolLM2-135M-Instruct that its adapters name."""
     key = Path(str(name).split(" (")[0].rstrip("/")).name.lower()

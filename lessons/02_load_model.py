@@ -3,7 +3,7 @@
 #
 # # 02 · Loading the model (and where the memory went)
 #
-# On the T4 the kit loads **Qwen2.5-1.5B-Instruct in 4 bits through Unsloth** with `fast_inference=True`: vLLM generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter (a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct the same way minus vLLM (transformers + peft).
+# On the T4 the kit loads **{{t4.model_name|name}} in 4 bits through Unsloth** with `fast_inference=True`: vLLM generates and the trainable model shares vLLM's weight tensors, so the weights are held once. A LoRA adapter (a few million trainable parameters) sits on top. On a CPU the kit loads the embedded SmolLM2-135M-Instruct the same way minus vLLM (transformers + peft).
 #
 # This lesson asks Colab for **no GPU**: it runs on a CPU runtime with the embedded model, and shows the Unsloth calls next to the CPU ones. The class's one T4 runtime is 05, the T4 lab, which makes these same two Unsloth calls, then prints the GPU memory figures explained below.
 #
@@ -32,22 +32,7 @@ MAX_COMPLETION_LENGTH = None  # tokens per completion during training
 EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %% [markdown]
 # ## Load
@@ -75,7 +60,7 @@ memory = [course.memory_snapshot("before loading")]
 if kit.on_gpu:
     FastLanguageModel = import_unsloth().FastLanguageModel  # Unsloth first: it patches transformers and TRL
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=p.model_name,                          # unsloth/Qwen2.5-1.5B-Instruct
+        model_name=p.model_name,                          # {{t4.model_name}}
         max_seq_length=p.max_seq_length,                  # longest prompt + completion, in tokens
         load_in_4bit=p.load_in_4bit,                      # True: 4-bit weights, about a third of fp16's memory
         fast_inference=p.fast_inference,                  # True: vLLM generates, sharing these weights

@@ -31,22 +31,7 @@ MAX_COMPLETION_LENGTH = None  # tokens per completion during training
 EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %%
 from helpers import data, prompts
@@ -64,7 +49,7 @@ for message in row["prompt"]:
 # %% [markdown]
 # ## What 05 trains on, and GSM8K
 #
-# - **t4** (Qwen2.5-1.5B on a Colab T4): GSM8K's train split ({{t4.train_size}} questions), evaluated on its test
+# - **t4** ({{t4.model_name|name}} on a Colab T4): GSM8K's train split ({{t4.train_size}} questions), evaluated on its test
 #   split, prompts without the worked example.
 # - **cpu** (the embedded SmolLM2-135M): the synthetic set (the cell above prints it on a CPU). It needs no
 #   download (CI has no Hub), and its one-step questions are ones a 135M model sometimes gets right. GSM8K problems

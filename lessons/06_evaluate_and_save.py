@@ -34,29 +34,14 @@ EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 STAGED_ADAPTER = None         # folder or Hugging Face repo id of the instructor's adapter for this preset (docs/colab.md)
 TRAIN_IF_MISSING = True       # no adapter this runtime can evaluate: train a tiny 1-step run in a folder of its own
 PASS_K_SAMPLES = 4            # sampled answers per question for pass@k (0: skip)
-EXPORT_MERGED = False         # True: write the merged 16-bit model (SmolLM2-135M: about 270 MB; Qwen2.5-1.5B: 3 GB)
+EXPORT_MERGED = False         # True: write the merged 16-bit model (2 bytes a parameter: SmolLM2-135M about 270 MB, a 1.5B model 3 GB)
 EXPORT_GGUF = False           # True: write a GGUF file for llama.cpp / Ollama (CPU: F16, about 270 MB for SmolLM2)
 HUB_REPO = None               # e.g. "your-name/grpo-math": upload the export (needs the HF_TOKEN secret)
 EXPORT_TO_DRIVE = False       # True (Colab): exports go to Google Drive instead of this runtime's disk
 OVERWRITE_EXPORTS = False     # True: replace earlier exports (adapter/, merged/, gguf/) instead of stopping
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %% [markdown]
 # ## pass@k, by hand first
@@ -100,7 +85,7 @@ result
 # 05 left its results next to its adapter: `summary.json` (greedy accuracy and format rate before and after, on the
 # held-out questions) and `eval.json` (every answer before and after; pass@k when it was measured).
 # `helpers.evaluation.read_run` reads them; no model is loaded. On a CPU runtime with the T4 lab's run in
-# `RUN_DIR` (on Google Drive), these are the T4 run's own numbers: evaluating Qwen2.5-1.5B again on a CPU would take
+# `RUN_DIR` (on Google Drive), these are the T4 run's own numbers: evaluating {{t4.model_name|name}} again on a CPU would take
 # far longer than a lesson, so the hands-on part below runs on a CPU model, and the cell says so. On Colab without
 # Google Drive (`USE_DRIVE = False`, or Drive blocked) the cell first asks for the zip 05 downloaded
 # (`<RUN_DIR name>-run.zip`): choose it, or cancel to go on without the class run.
@@ -141,7 +126,7 @@ print("evaluating", adapter, "| run folder:", work_dir)
 #
 # Everything below is written to one folder, `helpers.sharing.export_dir`: `<run folder>/exports` on this
 # machine's disk. When the run folder is on Google Drive (`USE_DRIVE`), the exports still go to the runtime's own
-# disk (`/content/exports/<run name>`): a merged model is hundreds of megabytes (3 GB for Qwen2.5-1.5B), Drive's
+# disk (`/content/exports/<run name>`): a merged model is hundreds of megabytes (3 GB for a 1.5B model), Drive's
 # free quota is 15 GB, and Drive writes are slow. Download what you want to keep (the folder icon on the left), or
 # set `EXPORT_TO_DRIVE = True` to write the exports to Drive instead. Nothing already there is replaced unless
 # `OVERWRITE_EXPORTS = True`.
@@ -240,7 +225,7 @@ if reload.get("note"):
 #
 # - **Merged 16-bit model** (`EXPORT_MERGED = True`; CPU and GPU): the adapter folded into the base weights, one
 #   folder that plain `transformers` (or vLLM) loads without peft (`helpers.sharing.export_merged`; Unsloth's
-#   `save_pretrained_merged` on a GPU). About 270 MB for SmolLM2-135M, 3 GB for Qwen2.5-1.5B.
+#   `save_pretrained_merged` on a GPU). About 270 MB for SmolLM2-135M, 3 GB for a 1.5B model.
 # - **GGUF** (`EXPORT_GGUF = True`): one file for llama.cpp, Ollama or LM Studio. GPU: a `q4_k_m` file through
 #   Unsloth's `save_pretrained_gguf`. CPU: an F16 file of the merged model, written with the `gguf` package
 #   (`helpers.sharing.export_gguf_cpu`: llama.cpp's tensor names, the embedded model's tokenizer and chat template),

@@ -23,6 +23,7 @@ from helpers import colab as colab_half  # the fixture below is named colab
 from helpers import notebook_setup as setup
 from helpers import runtime as rt
 from helpers import sharing
+from helpers.config import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_TOKEN = "hf_EMULATEDtoken0987654321zyxwvuSECRET"
@@ -421,11 +422,12 @@ def test_06_uses_a_staged_adapter_and_says_clearly_when_there_is_none(colab):
     staged = _write_adapter(colab.content / "drive" / "MyDrive" / "grpo-kit" / "staged" / "adapter",
                             "/home/instructor/.cache/grpo-kit/SmolLM2-135M-Instruct")
     assert sharing.locate_adapter(kit) == staged
-    other = _write_adapter(colab.content / "other", "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit")
-    with pytest.raises(sharing.AdapterMissing, match="trained on unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit"):
+    four_bit = PRESETS["t4"].model_name.lower() + "-unsloth-bnb-4bit"  # Unsloth's 4-bit repo of the t4 model
+    other = _write_adapter(colab.content / "other", four_bit)
+    with pytest.raises(sharing.AdapterMissing, match=f"trained on {four_bit}"):
         sharing.locate_adapter(kit, staged=other)
-    assert sharing.base_model_key("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit") == \
-        sharing.base_model_key("unsloth/Qwen2.5-1.5B-Instruct"), "the t4 preset accepts Unsloth's 4-bit spelling"
+    assert sharing.base_model_key(four_bit) == \
+        sharing.base_model_key(PRESETS["t4"].model_name), "the t4 preset accepts Unsloth's 4-bit spelling"
 
 
 # ------------------------------------------------------------------------- without Google Drive (blocked)
@@ -508,7 +510,7 @@ def _finished_run(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "summary.json").write_text(json.dumps({"steps": 2, "status": "finished"}))
     (run_dir / "eval.json").write_text(json.dumps({"greedy": {}}))
-    _write_adapter(run_dir / "adapter", "unsloth/Qwen2.5-1.5B-Instruct")
+    _write_adapter(run_dir / "adapter", PRESETS["t4"].model_name)
     checkpoint = run_dir / "trainer" / "checkpoint-2"
     checkpoint.mkdir(parents=True)
     (checkpoint / "optimizer.pt").write_bytes(b"0" * 1000)

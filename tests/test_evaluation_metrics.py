@@ -112,7 +112,7 @@ def _finished_run(run_dir, with_eval: bool):
     before = evaluation.score([format_completion("r", "5"), "no tags 1"], ROWS[:2])
     after = evaluation.score([format_completion("r", "0"), format_completion("r", "1")], ROWS[:2])
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "summary.json").write_text(json.dumps({"preset": "t4", "model": "unsloth/Qwen2.5-1.5B-Instruct",
+    (run_dir / "summary.json").write_text(json.dumps({"preset": "t4", "model": get_preset("t4").model_name,
                                                       "steps": 250, "before": evaluation.summary_of(before),
                                                       "after": evaluation.summary_of(after)}))
     evaluation.write_samples(run_dir / "samples.jsonl", before, after)

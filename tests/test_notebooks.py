@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from helpers.colab import lesson_needs_gpu
+from helpers.config import PRESETS
 from helpers.notebook_setup import REPO_SLUG, SETUP_CELL, SETUP_CELL_PARAMETERS
 from helpers.teaching import class_plans as cp
 from notebook_runner import copy_kit, course_run, execute, parameter_defaults
@@ -102,10 +103,12 @@ def test_parameters_cell_then_one_setup_cell(path):
 
 
 def test_setup_cell_is_the_shared_one_everywhere():
-    """helpers.notebook_setup.SETUP_CELL is the one text (lessons/ carry it; scripts/set_repo.py keeps its slug)."""
+    """helpers.notebook_setup.SETUP_CELL is the one text (the build writes it where a lesson says `# {{setup cell}}`;
+    scripts/set_repo.py keeps its slug)."""
     for path in ALL_LESSONS:
         assert _setup_cells(_read(path))[0].source.strip() == SETUP_CELL.strip(), (
-            f"{path.name}: the setup cell differs from helpers.notebook_setup.SETUP_CELL; copy it into lessons/{path.stem}.py")
+            f"{path.name}: the setup cell differs from helpers.notebook_setup.SETUP_CELL; make lessons/{path.stem}.py's "
+            "setup cell the line `# {{setup cell}}` and rebuild (scripts/make_notebooks.py)")
     # what the cell does (clone from REPO_SLUG, install once, guard the runtime): tests/test_colab_emulation.py
     assert len(SETUP_CELL.splitlines()) <= 18, "keep the setup cell tiny: logic belongs in helpers/notebook_setup.py"
 
@@ -452,9 +455,9 @@ def _fake_t4_run(run_dir: Path) -> dict:
     adapter = run_dir / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text(json.dumps(
-        {"base_model_name_or_path": "unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", "peft_type": "LORA"}))
+        {"base_model_name_or_path": PRESETS["t4"].model_name.lower() + "-unsloth-bnb-4bit", "peft_type": "LORA"}))
     (adapter / "adapter_model.safetensors").write_bytes(b"not loaded on a CPU")
-    summary = {"preset": "t4", "model": "unsloth/Qwen2.5-1.5B-Instruct", "backend": "unsloth", "steps": 250,
+    summary = {"preset": "t4", "model": PRESETS["t4"].model_name, "backend": "unsloth", "steps": 250,
                "runtime": "Colab, Tesla T4", "before": {"accuracy": 0.31, "format_rate": 0.12, "n": 200},
                "after": {"accuracy": 0.57, "format_rate": 0.96, "n": 200}}
     (run_dir / "summary.json").write_text(json.dumps(summary))

@@ -79,12 +79,12 @@ def test_committed_notebooks_are_what_the_lessons_build():
 
 
 def _copy_built(tmp_path):
-    """A copy of everything make_notebooks.py writes: the notebooks, registry.json and the instructor guide."""
+    """A copy of everything make_notebooks.py writes: the notebooks, registry.json and the markdown files."""
     import shutil
 
     builder = _builder()
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
-    for path in (builder.REGISTRY, builder.GUIDE):
+    for path in (builder.REGISTRY, *builder.markdown_files()):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / path, tmp_path / path)
     return builder
