@@ -1,0 +1,115 @@
+"""The inventory of `python -m helpers.train`'s command line: every flag and alias it accepts, each spelling, each
+type, run through the parser and checked against the value the run then holds. A flag dropped or retyped by a change
+of parser fails here."""
+
+import typing
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from helpers import train
+from helpers.backend import Backend
+from helpers.config import Preset, get_preset
+from helpers.run.options import RunOptions
+
+# One text per annotated type of a Preset field, and the value the preset then holds.
+TEXT_AND_VALUE = {int: ("7", 7), float: ("0.25", 0.25), float | None: ("0.25", 0.25), str: ("abc", "abc"),
+                  str | None: ("0,1", "0,1"), tuple[str, ...]: ("q_proj,v_proj", ("q_proj", "v_proj")),
+                  tuple[int, ...]: ("1,2", (1, 2)), Backend: ("unsloth", Backend.UNSLOTH)}
+PRESET_HINTS = {name: hint for name, hint in typing.get_type_hints(Preset).items() if name != "name"}
+
+
+def _resolved(*argv):
+    """(the preset, the run options) a command line resolves to."""
+    args = train.parse_args(list(argv))
+    return get_preset(args.preset, **train.overrides_from(args)), train.options_from(args)
+
+
+@pytest.mark.parametrize("name", [n for n, hint in PRESET_HINTS.items() if hint is not bool])
+def test_every_preset_field_is_a_flag_in_both_spellings(name):
+    text, value = TEXT_AND_VALUE[PRESET_HINTS[name]]
+    dashed = "--" + name.replace("_", "-")
+    for argv in ([dashed, text], [f"--{name}={text}"], [f"{dashed}={text}"]):
+        assert getattr(_resolved(*argv)[0], name) == value, argv
+    assert train.overrides_from(train.parse_args([])) == {}  # a flag not given keeps the preset's value
+
+
+@pytest.mark.parametrize("name", [n for n, hint in PRESET_HINTS.items() if hint is bool])
+def test_every_preset_switch_turns_on_and_off_in_both_spellings(name):
+    dashed = name.replace("_", "-")
+    for flag, value in ((f"--{dashed}", True), (f"--{name}", True), (f"--no-{dashed}", False), (f"--no_{name}", False)):
+        assert getattr(_resolved(flag)[0], name) is value, flag
+    assert getattr(_resolved("--preset", "t4")[0], name) == getattr(get_preset("t4"), name)
+
+
+# (command line, run option, value): every RunOptions flag and alias, and TRL's names for them.
+OPTION_FLAGS = [
+    (["--run-dir", "runs/x"], "run_dir", Path("runs/x")),
+    (["--run_dir", "runs/x"], "run_dir", Path("runs/x")),
+    (["--output-dir", "runs/x"], "run_dir", Path("runs/x")),
+    (["--output_dir=runs/x"], "run_dir", Path("runs/x")),
+    (["--run-dir=~/x"], "run_dir", Path.home() / "x"),
+    (["--overwrite"], "overwrite", True),
+    (["--no-overwrite"], "overwrite", False),
+    (["--save-steps", "5"], "save_steps", 5),
+    (["--save_steps", "none"], "save_steps", None),
+    (["--keep", "4"], "keep", 4),
+    (["--save-total-limit", "4"], "keep", 4),
+    (["--save_total_limit", "4"], "keep", 4),
+    ([], "resume", None),
+    (["--resume"], "resume", True),
+    (["--no-resume"], "resume", False),
+    (["--no_resume"], "resume", False),
+    (["--resume-from-checkpoint"], "resume", True),
+    (["--resume_from_checkpoint", "true"], "resume", True),
+    (["--resume-from-checkpoint", "false"], "resume", False),
+    (["--checkpoint-dir", "~/c"], "checkpoint_dir", Path.home() / "c"),
+    (["--drive"], "drive", True),
+    (["--dashboard", "headless"], "dashboard", "headless"),
+    (["--no-evaluate"], "evaluate", False),
+    (["--evaluate"], "evaluate", True),
+    (["--pass-k-samples", "4"], "pass_k_samples", 4),
+    (["--pass_k_samples=4"], "pass_k_samples", 4),
+    (["--reward", "m:f", "--reward", "n:g"], "rewards", ("m:f", "n:g")),
+    (["--reward-timeout", "30"], "reward_timeout", 30.0),
+    (["--verbose"], "verbose", True),
+    (["--no-verbose"], "verbose", False),
+]
+
+
+@pytest.mark.parametrize("argv, name, value", OPTION_FLAGS, ids=[" ".join(a) or "none" for a, _, _ in OPTION_FLAGS])
+def test_every_run_option_flag_and_alias(argv, name, value):
+    assert getattr(_resolved(*argv)[1], name) == value
+
+
+def test_the_inventory_covers_every_run_option():
+    assert {name for _, name, _ in OPTION_FLAGS} == {f.name for f in fields(RunOptions)}
+    assert set(PRESET_HINTS) == {f.name for f in fields(Preset)} - {"name"}
+
+
+@pytest.mark.parametrize("argv", [["--batch-size", "16"], ["--batch_size=16"], ["--per-device-train-batch-size", "16"],
+                                  ["--per_device_train_batch_size", "16"]])
+def test_the_batch_size_aliases(argv):
+    assert _resolved(*argv)[0].per_device_train_batch_size == 16
+
+
+def test_the_commands_own_flags(tmp_path):
+    assert train.parse_args([]).preset == "cpu" and _resolved("--preset", "t4")[0] == get_preset("t4")
+    assert train.parse_args(["--print-config"]).print_config and train.parse_args(["--print_config"]).print_config
+    (tmp_path / "c.yaml").write_text("preset: t4\nmax_steps: 3\nkeep: 5\n")
+    preset, options = _resolved("--config", str(tmp_path / "c.yaml"))
+    assert (preset.name, preset.max_steps, options.keep) == ("t4", 3, 5)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--push-to-hub"], "--push-to-hub: uploading to the Hugging Face Hub is notebook 06's last cell"),
+    (["--hub-model-id", "me/x"], "--hub-model-id: the Hub repository is named in notebook 06's upload cell"),
+    (["--resume-from-checkpoint", "runs/x/trainer/checkpoint-2"], "Fix: pass --run-dir"),
+    (["--max-steps", "many"], "--max-steps"),
+    (["--run-dir", ""], "an empty path"),
+])
+def test_what_the_parser_refuses_it_says_where(argv, said, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        train.parse_args(argv)
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
