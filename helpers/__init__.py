@@ -45,7 +45,7 @@ memory/     GPU memory, predicted and measured (python -m helpers.memory):
     plot.py            the estimate as stacked bars against the budget and the card
     cli.py             python -m helpers.memory: a Preset field has helpers.train's flag, the model's own beside
     monitor.py         memory/* figures added to every log
-    zero.py            memory per GPU under DeepSpeed ZeRO
+    measured.py        the GPU runs the lab recorded (results/gpu/), beside the prediction for the same settings
     oom_doctor.py      turns an out-of-memory error into the cheapest fixes that fit
 teaching/   what only the lessons and the instructor guide use:
     course.py          what a lesson prints or plots that no library call does

@@ -1,10 +1,10 @@
 """Time the main job's GRPO steps on CPU phase by phase; optionally compare two checkouts side by side.
 
-    python scripts/benchmark_cpu.py                       # 5 steps of --preset cpu in this checkout
-    python scripts/benchmark_cpu.py --compare main        # the same, alternating with a temporary worktree of main
-    python scripts/benchmark_cpu.py --variant 'import torch; torch.set_num_threads(1)'   # this checkout, +/- a tweak
-    python scripts/benchmark_cpu.py --bandwidth           # memory bandwidth, the limit it sets, sampling against it
-    python scripts/benchmark_cpu.py --levers all --steps 2 --eval-size 8 --repeats 3    # each speed-up on / off
+    python lab/benchmark_cpu.py                       # 5 steps of --preset cpu in this checkout
+    python lab/benchmark_cpu.py --compare main        # the same, alternating with a temporary worktree of main
+    python lab/benchmark_cpu.py --variant 'import torch; torch.set_num_threads(1)'   # this checkout, +/- a tweak
+    python lab/benchmark_cpu.py --bandwidth           # memory bandwidth, the limit it sets, sampling against it
+    python lab/benchmark_cpu.py --levers all --steps 2 --eval-size 8 --repeats 3    # each speed-up on / off
 
 Each run is the kit's own main job (python -m helpers.train --preset cpu ...) in a fresh run folder, with
 helpers/run/step_timing.StepTimer attached from THIS checkout (so an older checkout without it is timed the same way).

@@ -1,6 +1,6 @@
 """A bigger NVIDIA card behaving like a smaller one (a T4), for measuring the kit before class without the card.
 
-Used by scripts/benchmark_memory.py (one preset's memory and speed) and scripts/run_lesson_on_gpu.py (a lesson
+Used by lab/benchmark_memory.py (one preset's memory and speed) and lab/run_lesson_on_gpu.py (a lesson
 notebook top to bottom). The kit's code runs unchanged; only what it is told changes:
 
 - the kit's steps are told they run on the emulated card (emulated_runtime: its name, compute capability, memory),
@@ -36,6 +36,7 @@ from helpers import config
 from helpers import model as kit_model
 from helpers import runtime as rt
 from helpers.memory import MODELS
+from helpers.messages import say
 from helpers.runtime import GIB
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ _KERNEL = contextlib.ExitStack()  # what install_in_kernel put in place, for the
 
 
 def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str | None = None) -> None:
-    """The first cell scripts/run_lesson_on_gpu.py puts before a lesson: from here on, this kernel is on the emulated
+    """The first cell lab/run_lesson_on_gpu.py puts before a lesson: from here on, this kernel is on the emulated
     card (kind: a key of EMULATED; None: the real machine) and a GPU preset loads model_dir (the random-weight
     model) instead of its own model name. cells: a JSON-lines file that gets each cell's seconds and peak memory."""
     if cells:
@@ -217,7 +218,7 @@ def install_in_kernel(kind: str | None, model_dir: str | None = None, cells: str
     if kind is None:
         return
     emulated = EMULATED[kind]
-    mirror_colab_vllm()  # before vLLM is imported (scripts/run_lesson_on_gpu.py already set them for the kernel)
+    mirror_colab_vllm()  # before vLLM is imported (lab/run_lesson_on_gpu.py already set them for the kernel)
     rt.import_unsloth()  # Unsloth first, as the setup cell would (the patches below import torch)
     import torch
 
@@ -307,7 +308,7 @@ def random_model_folder(key: str, folder: Path, tokenizer_dir: Path | None) -> P
             with torch.device("cuda"):
                 model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         except Exception as err:  # noqa: BLE001 - the CPU draws the same shapes, only slower
-            print(f"[grpo-kit] random weights on the GPU failed ({type(err).__name__}: {err}); drawing them on the CPU")
+            say(f"random weights on the GPU failed ({type(err).__name__}: {err}); drawing them on the CPU")
     if model is None:
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     folder.mkdir(parents=True, exist_ok=True)
@@ -332,7 +333,7 @@ def reused_random_model(key: str, folder: Path) -> Path:
 
 def default_random_model_dir(key: str) -> Path:
     """Where the random-weight model of key goes when no --random-model-dir is given: one folder per model in the
-    temporary directory, shared by scripts/benchmark_memory.py and scripts/run_lesson_on_gpu.py (written once)."""
+    temporary directory, shared by lab/benchmark_memory.py and lab/run_lesson_on_gpu.py (written once)."""
     return Path(tempfile.gettempdir()) / "grpo-kit-random-model" / key
 
 

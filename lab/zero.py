@@ -1,7 +1,7 @@
 """GPU memory per GPU when N training processes share the work with DeepSpeed ZeRO (docs/scale-out.md).
 
     from helpers.memory import estimate
-    from helpers.memory.zero import per_gpu_with_zero, scale_out_settings
+    from lab.zero import per_gpu_with_zero, scale_out_settings
     est = estimate(scale_out_settings("a100x2-qwen7b-lora"), gpu="a100-80", budget_gb=None)
     print(per_gpu_with_zero(est, stage=3, num_gpus=2).table())
 

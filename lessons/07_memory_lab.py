@@ -33,7 +33,7 @@ BUDGET_GB = 7.0            # the kit's budget on a free Colab T4
 GENERATIONS = [2, 4, 6, 8]
 COMPLETION_LENGTHS = [128, 256, 512, 1024]
 LORA_RANKS = [8, 16, 64]
-RUN_BENCHMARK = False      # on a GPU: also measure the t4 recipe here (scripts/benchmark_memory.py kit, a few minutes)
+RUN_BENCHMARK = False      # on a GPU: also measure the t4 recipe here (the lab's lab/benchmark_memory.py kit, a few minutes)
 
 # %%
 # Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
@@ -137,29 +137,25 @@ for fix in cheapest_fixes(stock, BUDGET_GB, gpu="t4"):
 # %% [markdown]
 # ## 4. Predicted vs measured
 #
-# The model above was checked on a GPU: `scripts/benchmark_memory.py kit` ran the kit's own loading and training
+# The model above was checked on a GPU: the lab's `lab/benchmark_memory.py kit` ran the kit's own loading and training
 # code on an H100 emulating a T4 (fp16, memory capped at 14.56 GB) and recorded each run in `results/gpu/`. The
 # bars put the model's peak (without the CUDA context) beside PyTorch's measured peak for every recorded run. With
 # a GPU and `RUN_BENCHMARK = True`, the cell first measures the t4 recipe (without vLLM) on your card and adds it.
 
 # %%
-import importlib.util
 import json
 import subprocess
 import tempfile
 from pathlib import Path
+from helpers.memory.measured import comparison_rows, describe, load_records
 
-spec = importlib.util.spec_from_file_location("benchmark_memory", ROOT / "scripts" / "benchmark_memory.py")
-bench = importlib.util.module_from_spec(spec)
-sys.modules["benchmark_memory"] = bench
-spec.loader.exec_module(bench)
-records = bench.load_records(sorted((ROOT / "results" / "gpu").glob("*.json")))
-if kit.on_gpu and RUN_BENCHMARK:
+records = load_records(sorted((ROOT / "results" / "gpu").glob("*.json")))
+if kit.on_gpu and RUN_BENCHMARK:  # the lab's benchmark, in a process of its own
     out = Path(tempfile.mkdtemp()) / "mine.json"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_memory.py"), "kit", "--preset", "t4",
+    subprocess.run([sys.executable, str(ROOT / "lab" / "benchmark_memory.py"), "kit", "--preset", "t4",
                     "--no-fast-inference", "--steps", "2", "--json", str(out)], check=True)
     records += json.loads(out.read_text())
-peaks = [(bench.describe(r), {row["what"]: row for row in bench.comparison_rows(r)}.get("peak (reserved)"))
+peaks = [(describe(r), {row["what"]: row for row in comparison_rows(r)}.get("peak (reserved)"))
          for r in records if r.get("status") == "ok"]
 fig, ax = plt.subplots(figsize=(9, 4))
 xs = range(len(peaks))

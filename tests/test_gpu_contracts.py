@@ -133,7 +133,7 @@ def test_from_pretrained_accepts_kit_kwargs(t4_settings, unsloth_root):
     from helpers.model import unsloth_load_kwargs
 
     _assert_known(unsloth_load_kwargs(t4_settings), FROM_PRETRAINED)
-    # scripts/benchmark_memory.py --emulate-gpu t4 also passes dtype (fp16 on a card that would pick bf16)
+    # lab/benchmark_memory.py --emulate-gpu t4 also passes dtype (fp16 on a card that would pick bf16)
     _assert_known({"dtype": None}, FROM_PRETRAINED)
 
 
@@ -518,7 +518,7 @@ def test_unsloth_patches_trl_vllm_generation_as_the_trainer_check_expects(unslot
     assert "self.llm = LLM(" in Path(vg.__file__).read_text()
 
 
-# ------------------------------------------------------------------------ scripts/benchmark_memory.py on a GPU
+# ------------------------------------------------------------------------ lab/benchmark_memory.py on a GPU
 
 # The vLLM the offline GPU machine runs (../shared/gpu/vllm.lock: the newest that pins its torch 2.11.0); the
 # Colab stack pins another (requirements.txt). The benchmark reads both engines' logs, so both are checked.
@@ -538,9 +538,9 @@ def _as_logged(fmt: str, field: str) -> str:
 
 @pytest.mark.parametrize("version", ["pinned", GPU_MACHINE_VLLM])
 def test_the_benchmark_reads_what_vllm_logs_at_engine_start(version):
-    """Each of scripts/benchmark_memory.ENGINE_LOG's patterns reads a message vLLM really logs (weights, KV cache,
+    """Each of lab/benchmark_memory.ENGINE_LOG's patterns reads a message vLLM really logs (weights, KV cache,
     CUDA graphs, start times, the attention backend), in the Colab pin and in the GPU machine's vLLM."""
-    from scripts.benchmark_memory import ENGINE_LOG
+    from lab.benchmark_memory import ENGINE_LOG
 
     version = None if version == "pinned" else version
     messages = set()
@@ -554,7 +554,7 @@ def test_the_benchmark_reads_what_vllm_logs_at_engine_start(version):
 @pytest.mark.parametrize("version", ["pinned", GPU_MACHINE_VLLM])
 def test_the_benchmark_reads_the_engine_settings_vllm_keeps(version):
     """engine_accounting reads model.vllm_engine.llm_engine.vllm_config.<ENGINE_SETTINGS>: each is a field there."""
-    from scripts.benchmark_memory import ENGINE_SETTINGS
+    from lab.benchmark_memory import ENGINE_SETTINGS
 
     version = None if version == "pinned" else version
     llm = ast.unparse(ps.find_class(ps.parse("vllm", "vllm/entrypoints/llm.py", version), "LLM"))
@@ -574,10 +574,10 @@ def test_the_benchmark_reads_the_engine_settings_vllm_keeps(version):
 
 
 def test_t4_emulation_reaches_unsloth_and_vllm_where_it_patches_them(zoo_root):
-    """scripts.gpu_emulation.emulated_card patches unsloth_zoo.vllm_utils.get_mem_info (Unsloth sizes vLLM from it) and vllm.LLM.__init__
+    """lab.gpu_emulation.emulated_card patches unsloth_zoo.vllm_utils.get_mem_info (Unsloth sizes vLLM from it) and vllm.LLM.__init__
     (load_vllm builds LLM(**engine_args) with its gpu_memory_utilization); TRITON_ATTN is an attention_backend
     EngineArgs takes, and the candidate vLLM has for a card without FlashAttention (sm_75)."""
-    from scripts.gpu_emulation import T4_ATTENTION_BACKEND
+    from lab.gpu_emulation import T4_ATTENTION_BACKEND
 
     zoo = ps.parse("unsloth_zoo", "unsloth_zoo/vllm_utils.py")
     assert any(isinstance(n, ast.FunctionDef) and n.name == "get_mem_info" for n in zoo.body)
@@ -595,10 +595,10 @@ def test_t4_emulation_reaches_unsloth_and_vllm_where_it_patches_them(zoo_root):
 
 
 def test_the_emulations_vllm_rules_are_variables_both_vllms_read_with_the_pins_defaults():
-    """scripts.gpu_emulation.COLAB_VLLM_RULES makes the GPU machine's vLLM 0.25.1 size and run the engine as the Colab
+    """lab.gpu_emulation.COLAB_VLLM_RULES makes the GPU machine's vLLM 0.25.1 size and run the engine as the Colab
     pin does: each name is read by 0.25.1's vllm/envs.py (a misspelt one would be ignored in silence), and the value
     set is the pin's own default there."""
-    from scripts.gpu_emulation import COLAB_VLLM_RULES
+    from lab.gpu_emulation import COLAB_VLLM_RULES
 
     for version in (GPU_MACHINE_VLLM, None):
         envs = ast.unparse(ps.parse("vllm", "vllm/envs.py", version))

@@ -21,7 +21,7 @@ import pytest
 
 from helpers.run import distributed
 from helpers.memory import estimate
-from helpers.memory.zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
+from lab.zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
 from helpers.runtime import RuntimeProblem, fake_runtime
 from helpers.config import PRESETS, PresetError, get_preset, grpo_config_kwargs, validate
 

@@ -1,4 +1,4 @@
-"""helpers/run/step_timing.py: its sums, and its refusals. (On a real tiny GRPO run, through scripts/benchmark_cpu.py:
+"""helpers/run/step_timing.py: its sums, and its refusals. (On a real tiny GRPO run, through lab/benchmark_cpu.py:
 tests/test_train.py, which shares that run with the main job's own checks.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from helpers.run.step_timing import StepTimer, summarize_step_times
 
 
 def _bench():
-    from scripts import benchmark_cpu
+    from lab import benchmark_cpu
 
     return benchmark_cpu
 

@@ -91,9 +91,9 @@ def test_checkpoint_dir_that_cannot_be_created_is_named(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """One tiny real main job shared by the tests below (a GRPO run costs a minute or more on 2 cores): run through
-    scripts/benchmark_cpu.py's run_once, which is `python -m helpers.train` with the benchmark's step timer, so the
+    lab/benchmark_cpu.py's run_once, which is `python -m helpers.train` with the benchmark's step timer, so the
     same run also tests the benchmark's plumbing."""
-    from scripts import benchmark_cpu
+    from lab import benchmark_cpu
 
     run = tmp_path_factory.mktemp("tiny-main-job") / "run"
     result = benchmark_cpu.run_once(ROOT, steps=2, eval_size=3, extra=[

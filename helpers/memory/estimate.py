@@ -3,7 +3,7 @@ adds them up into the two phases of a GRPO step (generation, training) and retur
 
 Every formula is in the docstring of the function that computes it and in docs/memory.md. Units: "GB" is what
 PyTorch reports, i.e. GiB (2**30 bytes). Constants marked ASSUMPTION are not measured in this kit; FITTED ones were
-fitted to the GPU runs in results/gpu/ (scripts/benchmark_memory.py).
+fitted to the GPU runs in results/gpu/ (lab/benchmark_memory.py).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ the dashboard's samples and AdvantageStats) and `trl_compute_loss` (GRPOTrainer.
 trainer: lesson 08's truth, helpers.teaching.grpo_math.trl_loss). tests/test_trl_patches.py checks each name they
 read against the pinned TRL's source.
 
-Outside a run, scripts/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
+Outside a run, lab/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
 (attach_phase_meter). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer and check that what
 changed is exactly what it lists. The maths the CPU patches call lives in helpers.cpu_compat (a plain-PyTorch
 log-prob kernel, the shared-prompt loss, the bf16 sampler); the step timer in helpers.run.step_timing.
@@ -87,7 +87,7 @@ def install_trainer_patches(trainer, preset=None) -> None:
         install = getattr(callback, "install_patches", None)
         if callable(install):
             install(trainer)
-    if getattr(trainer, "_step_timer", None) is None:  # scripts/benchmark_cpu.py may have attached its own
+    if getattr(trainer, "_step_timer", None) is None:  # lab/benchmark_cpu.py may have attached its own
         try:
             StepTimer().attach(trainer)
         except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods

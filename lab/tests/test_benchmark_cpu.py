@@ -1,4 +1,4 @@
-"""scripts/benchmark_cpu.py's --bandwidth and --levers: the arithmetic, the variants' environments, the table, and
+"""lab/benchmark_cpu.py's --bandwidth and --levers: the arithmetic, the variants' environments, the table, and
 one tiny real sampling call. (Its step timing is tested on a real run in tests/test_step_timing.py.)"""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from helpers.speedups import ENV, SPEEDUPS
-from scripts import benchmark_cpu as bench
+from lab import benchmark_cpu as bench
 
 
 def test_the_limit_is_bandwidth_over_the_bytes_per_step_times_the_batch():
@@ -62,7 +62,7 @@ def test_the_plan_pairs_each_speedup_and_alternates_which_side_goes_first():
 
 def test_every_speedup_has_the_phase_it_changes():
     missing = set(SPEEDUPS) - set(bench.LEVER_PHASE)
-    assert not missing, f"{missing}: Fix: add the phase each changes to LEVER_PHASE in scripts/benchmark_cpu.py"
+    assert not missing, f"{missing}: Fix: add the phase each changes to LEVER_PHASE in lab/benchmark_cpu.py"
 
 
 def _run(wall=100.0, train=60.0, **seconds):

@@ -1,4 +1,4 @@
-"""scripts/benchmark_memory.py and the GPU results it recorded (results/gpu/*.json).
+"""lab/benchmark_memory.py and the GPU results it recorded (results/gpu/*.json).
 
 The measuring itself needs a CUDA GPU; what is checked here on CPU: the recorded results hold what an instructor
 needs to trust them, the memory model stays within 15% of every calibrated measurement, the generated tables in
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import benchmark_memory as bm
+from lab import benchmark_memory as bm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = sorted((ROOT / "results" / "gpu").glob("*.json"))
 
 # (preset, row) pairs measured but outside the model's calibrated range, each explained in docs/memory.md.
@@ -36,7 +36,8 @@ def test_results_exist_and_say_where_when_how_and_with_what():
     assert len(records) >= 5, "results/gpu/ should hold the measured runs"
     for r in records:
         assert r["status"] == "ok"
-        assert r["gpu"] and r["date"] and r["command"].startswith("python scripts/benchmark_memory.py kit")
+        assert r["gpu"] and r["date"] and r["command"].startswith(("python lab/benchmark_memory.py kit",  # before the lab: scripts/
+                                                                    "python scripts/benchmark_memory.py kit"))
         for lib in ("torch", "transformers", "trl", "peft"):
             assert r["versions"][lib], f"{lib} version missing"
         for phase in ("load", "generation", "training"):
@@ -73,7 +74,7 @@ def test_generated_tables_match_the_records(doc):
     text = (ROOT / doc).read_text()
     inside = text.split(bm.TABLE_BEGIN, 1)[1].split(bm.TABLE_END, 1)[0].strip()
     assert inside == bm.format_table(_records()), (
-        f"{doc} is stale: run `python scripts/benchmark_memory.py table`")
+        f"{doc} is stale: run `python lab/benchmark_memory.py table`")
 
 
 def test_write_table_replaces_only_between_markers(tmp_path):
@@ -110,7 +111,7 @@ def test_kit_mode_without_a_gpu_still_writes_a_record_that_names_the_refusal(tmp
     out = tmp_path / "f.json"
     out.write_text('[{"earlier": "record"}]')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "UNSLOTH_"))}
-    done = subprocess.run([sys.executable, "scripts/benchmark_memory.py", "kit", "--preset", "t4", "--emulate-gpu", "t4",
+    done = subprocess.run([sys.executable, "lab/benchmark_memory.py", "kit", "--preset", "t4", "--emulate-gpu", "t4",
                            "--random-weights", "--steps", "3", "--json", str(out)],
                           cwd=ROOT, env={**env, "UNSLOTH_VLLM_STANDBY": "0", "VLLM_USE_V2_MODEL_RUNNER": "1"},
                           capture_output=True, text=True, timeout=300)
@@ -126,7 +127,7 @@ def test_kit_mode_without_a_gpu_still_writes_a_record_that_names_the_refusal(tmp
         "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": {"value": "0", "set_by": "emulation"},
         "VLLM_USE_V2_MODEL_RUNNER": {"value": "1", "set_by": "user"}}, "the user's own setting is kept and said so"
     assert any("needs a CUDA GPU" in line for line in record["log_lines"])
-    assert "[grpo-kit] refused in setup" in done.stderr
+    assert "[grpo-kit] refused in setup" in done.stdout  # the kit's logger (helpers.messages)
 
 
 def test_the_trl_method_split_into_phases_exists_in_the_pinned_trl():
@@ -269,7 +270,7 @@ class _Trainer:
 
 
 def gpu_stand_ins(mp, load_model=None, train=None):
-    """The GPU machine as far as scripts/benchmark_memory.py kit reaches it, on CPU: a CUDA card of 79 GiB, a stand-in
+    """The GPU machine as far as lab/benchmark_memory.py kit reaches it, on CPU: a CUDA card of 79 GiB, a stand-in
     meter, vLLM as a module whose "vllm" logger writes to stdout as vLLM's does, and the kit's steps, of which
     load_model and train may be replaced (to fail). mp: pytest's monkeypatch (everything is put back after)."""
     import logging
@@ -356,14 +357,14 @@ def test_a_failed_run_still_writes_its_record(monkeypatch, tmp_path, capsys, loa
         assert any(line.startswith("Unsloth: Retrying vLLM") for line in record["log_lines"])
     if train is not None:
         assert record["measured"]["load"]["reserved_peak_gib"] == 1.5 and record["load_seconds"] is not None
-    assert record["status"] in capsys.readouterr().err
+    assert f"[grpo-kit] {record['status']}" in capsys.readouterr().out  # the kit's logger (helpers.messages)
 
 
 SIGNALLED = """
 import sys, time
 sys.path[:0] = [{root!r}, {tests!r}]
 import test_benchmark_memory as t
-from scripts import benchmark_memory as bm
+from lab import benchmark_memory as bm
 
 def load_model(state):
     import logging
@@ -379,7 +380,7 @@ sys.exit(bm.main(["kit", "--preset", "t4", "--emulate-gpu", "t4", "--steps", "1"
 def _signal_when_ready(template: str, out, signum) -> tuple[int, str]:
     """Run a stand-in benchmark (template: a script that prints "ready" where it then waits) in its own process,
     writing its record to out; send signum once it is ready. Returns its exit code and stderr."""
-    script = template.format(root=str(ROOT), tests=str(ROOT / "tests"), json=str(out))
+    script = template.format(root=str(ROOT), tests=str(ROOT / "lab" / "tests"), json=str(out))
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=out.parent, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -412,7 +413,7 @@ KILLED = """
 import sys, time
 sys.path[:0] = [{root!r}, {tests!r}]
 import test_benchmark_memory as t
-from scripts import benchmark_memory as bm
+from lab import benchmark_memory as bm
 
 def train(state, trainer):
     print("ready", flush=True)
@@ -567,8 +568,8 @@ def _wait_for(condition, timeout=5.0):
 def test_importing_the_gpu_scripts_loads_no_library_unsloth_must_patch_first():
     """Unsloth must be imported before transformers, peft, TRL and accelerate, or its patches miss them; these
     scripts are imported before it (the lesson runner's kernel, the benchmark's start)."""
-    code = ("import sys; sys.path.insert(0, '.'); import scripts.benchmark_memory, scripts.run_lesson_on_gpu, "
-            "scripts.gpu_emulation; print([m for m in ('transformers', 'peft', 'trl', 'accelerate') if m in sys.modules])")
+    code = ("import sys; sys.path.insert(0, '.'); import lab.benchmark_memory, lab.run_lesson_on_gpu, "
+            "lab.gpu_emulation; print([m for m in ('transformers', 'peft', 'trl', 'accelerate') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""scripts/gpu_emulation.py: a big card told to behave like a T4. Its effect needs a GPU; what is checked here on
+"""lab/gpu_emulation.py: a big card told to behave like a T4. Its effect needs a GPU; what is checked here on
 CPU, with stand-ins for the modules it patches: the arithmetic, what each patch gives, and that everything is put
 back. tests/test_gpu_contracts.py checks that the patched names exist in the pinned Unsloth and vLLM."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.runtime import GIB
-from scripts import gpu_emulation as ge
+from lab import gpu_emulation as ge
 
 H100_GIB = 79.179
 

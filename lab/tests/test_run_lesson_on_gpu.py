@@ -1,4 +1,4 @@
-"""scripts/run_lesson_on_gpu.py: a lesson run top to bottom with the recorder cell put first. Its purpose is the GPU
+"""lab/run_lesson_on_gpu.py: a lesson run top to bottom with the recorder cell put first. Its purpose is the GPU
 lab under T4 emulation; here, on CPU, a CPU lesson checks the runner and the recorder, and the kernel-side model
 redirect is checked on its own."""
 
@@ -10,8 +10,8 @@ import nbformat
 import pytest
 
 from helpers import config
-from scripts import gpu_emulation as ge
-from scripts import run_lesson_on_gpu as runner
+from lab import gpu_emulation as ge
+from lab import run_lesson_on_gpu as runner
 
 
 @pytest.mark.slow
