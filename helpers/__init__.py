@@ -32,12 +32,11 @@ run/        the run's wing: everything between the setup cell (or the command li
                        written, read and compared
     reward_specs.py    a student's reward functions: --reward module:name (before TRL is imported), 05's my_rewards.py
     trl_patches.py     every patch on TRL's private methods (one table, one order) and every read of TRL's private state
-    step_timing.py     where each GRPO step's time goes (time/* in metrics.jsonl)
     metrics.py         metrics.jsonl per step, the reward curve
     dashboard.py       live curves, samples and warnings while training
     health.py          NaN/inf in loss, gradients or rewards, or an unusable reward output: stop at that step, say why
     checkpoints.py     resumable checkpoints, resume after a disconnect, Google Drive
-    distributed.py     several processes under accelerate launch
+    extensions.py      the one extension point: what the lab (lab/) plugs into a run; a course run is one process
 memory/     GPU memory, predicted and measured (python -m helpers.memory):
     __init__.py        the names the kit imports from the memory model, gathered
     architectures.py   the models (shapes from config.json) and GPUs it knows, and the lookups

@@ -1,53 +1,96 @@
-"""Command-line flags from the kit's dataclasses, made by TRL's own parser (trl.scripts.utils.TrlParser, on
-transformers' HfArgumentParser): each field is --field-name and --field_name with its help text, a switch also
---no-field-name, and `--config FILE` reads YAML that flags override, as in TRL's scripts. The kit adds only what they
-lack: the presets' values in --help (a Preset flag not given keeps the chosen preset's value), its aliases, comma
-lists, `~` in paths, and a file's values typed as the fields are (helpers.config_types). Shared by
-`python -m helpers.train` and `python -m helpers.memory`."""
+"""Command-line flags generated from dataclass fields: one flag per field, its type read from the annotation and its
+help from the field's metadata. `python -m helpers.train` and `python -m helpers.memory` share it, so a Preset
+field has the same flag everywhere (e.g. `--per-device-train-batch-size`, alias `--batch-size`). Every flag also
+takes its underscore spelling (`--max_steps`, as TRL's and transformers' scripts write them)."""
 
 from __future__ import annotations
 
 import argparse
-import copy
 import enum
-import functools
+import re
 import shutil
 import sys
 import typing
-from dataclasses import fields
+from dataclasses import MISSING, Field, fields
 from pathlib import Path
 
-from helpers.config import PRESETS, Preset, PresetError, typed_fields
-from helpers.run.options import DASHBOARD_MODES, RunOptions
+from helpers.config import PRESETS
 
-ALIASES = {"per_device_train_batch_size": ["--batch-size"], "run_dir": ["--output-dir"],  # TRL's output_dir
-           "keep": ["--save-total-limit"], "rewards": ["--reward"]}  # transformers' save_total_limit; --reward M:F
-ELSEWHERE = {  # TRL flags the kit does elsewhere: "unrecognized arguments" says where
+FLAG_ALIASES = {
+    "per_device_train_batch_size": ["--batch-size"],  # short names kept from earlier versions
+    "run_dir": ["--output-dir"],  # TRL/transformers' output_dir: where the run's files go
+    "keep": ["--save-total-limit"],  # transformers' save_total_limit: how many checkpoints are kept
+}
+PRESET_COLUMNS = ("cpu", "t4")  # the presets whose values --help shows for each preset field
+
+
+METAVARS = {int: "N", float: "X", str: "TEXT"}  # short placeholders keep --help's lines short
+# TRL/transformers flags the kit does elsewhere: an "unrecognized arguments" error says where.
+ELSEWHERE = {
     "--push-to-hub": "uploading to the Hugging Face Hub is notebook 06's last cell (helpers.sharing.push_folder: "
                      "the adapter, private, with your token from Colab secrets or $HF_TOKEN), after the run",
-    "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run"}
+    "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run",
+}
 
 
-@functools.cache
-def _trl_parser():
-    """TRL's TrlParser, its modules then dropped from sys.modules (the class lives on): the GPU path imports Unsloth
-    later, which must come before TRL and looks for it there. The import loads no trainer, transformers or torch."""
-    before = set(sys.modules)
-    from trl.scripts.utils import TrlParser
+class KitArgumentParser(argparse.ArgumentParser):
+    """argparse that also takes each flag's underscore spelling: `--max_steps 2` as `--max-steps 2`; --help
+    lines up to 120 columns wide."""
 
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] == "trl":
-            del sys.modules[name]
-    return TrlParser
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(
+            prog, max_help_position=36, width=min(120, shutil.get_terminal_size().columns)))
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        """argparse's refusal (exit 2), plus where the kit does what an unrecognized TRL flag asked for."""
+        pointers = [f"{flag}: {where}" for flag, where in ELSEWHERE.items()
+                    if "unrecognized arguments" in message and re.search(rf"{flag}(=|\s|$)", message)]
+        super().error("; ".join([message, *pointers]))
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super().parse_known_args([self._dashed(a) for a in (sys.argv[1:] if args is None else args)],
+                                        namespace)
+
+    def _dashed(self, arg: str) -> str:
+        if not arg.startswith("--") or "_" not in arg:
+            return arg
+        flag, eq, value = arg.partition("=")
+        dashed = flag.replace("_", "-")
+        return dashed + eq + value if dashed in self._option_string_actions else arg
 
 
 def _path(text: str) -> Path:
     if not text.strip():  # Path("") is the current folder: `--run-dir "$RUN"` with RUN unset
-        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?). Fix: give a folder, e.g. runs/demo")
-    return Path(text).expanduser()  # `--run-dir=~/x`: no shell expands a ~ after =
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?). Fix: give a folder, e.g. "
+                                         "runs/demo")
+    return Path(text).expanduser()  # `--run-dir ~/x` is a folder in your home, not one named "~"
 
 
-def _comma_list(kind):
+def preset_values(name: str) -> str:
+    """The cpu and t4 presets' value of a field, for --help: "(cpu: 40, t4: 250)", or "(cpu, t4: 1)" when equal."""
+    values = [getattr(PRESETS[p], name) for p in PRESET_COLUMNS]
+    shown = [",".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values]
+    shown = [v if len(v) <= 40 else v[:37] + "..." for v in shown]
+    if len(set(shown)) == 1:
+        return f"({', '.join(PRESET_COLUMNS)}: {shown[0]})"
+    return "(" + ", ".join(f"{p}: {v}" for p, v in zip(PRESET_COLUMNS, shown)) + ")"
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a dataclass field."""
+    return "--" + name.replace("_", "-")
+
+
+def _none_or(kind):
+    def parse(text):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _tuple_of(kind):
     def parse(text):
         return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
 
@@ -55,109 +98,46 @@ def _comma_list(kind):
     return parse
 
 
-def _text_or_none(text: str) -> str | None:
-    return None if text.strip().lower() == "none" else text
+def add_field_flag(ap, f: Field, hint, default_is_preset: bool, prog: str = "the command line") -> None:
+    """One flag for one dataclass field. default_is_preset: the flag's default is None, meaning "the preset's value"
+    (the caller fills in only the flags given); otherwise the field's own default."""
+    help_text = f.metadata.get("help", "")
+    if default_is_preset:
+        help_text += " " + preset_values(f.name)
+    elif f.default not in (MISSING, None, (), False):
+        help_text += f" (default: {f.default})"
+    flags = [flag_of(f.name), *FLAG_ALIASES.get(f.name, [])]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional and origin is not tuple else hint
+    if isinstance(base, type) and issubclass(base, enum.Enum) and issubclass(base, str):
+        base = str  # a name (Preset.backend: --backend cpu), made its member by the dataclass (helpers.config_types)
+    default = None if default_is_preset else f.default
+    if base is bool:
+        ap.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+    elif typing.get_origin(base) is tuple:
+        ap.add_argument(*flags, dest=f.name, type=_tuple_of(typing.get_args(base)[0]), default=default,
+                        metavar="A,B", help=help_text)
+    elif base is Path:
+        ap.add_argument(*flags, dest=f.name, type=_path, default=default, metavar="DIR", help=help_text)
+    elif base in (int, float, str):
+        kind = _none_or(base) if optional else base
+        ap.add_argument(*flags, dest=f.name, type=kind, default=default, metavar=METAVARS[base],
+                        help=help_text + (" ('none' to unset)" if optional else ""))
+    else:  # a new field type: say so here rather than drop the field from the command line
+        raise TypeError(f"{prog} cannot make a flag for {f.name}: {hint}")
 
 
-class _Added(argparse.Action):
-    """--reward, repeated: each adds; given at all, they replace the default (or a --config file's list)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        before = getattr(namespace, self.dest)
-        setattr(namespace, self.dest, (*(() if before is self.default else before), *values))
-
-
-def _flag_type(hint):
-    """(text -> value, metavar) of a field's flag where TRL's (int, float, str, bool, X | None) is not the kit's."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is tuple:
-        return _comma_list(args[0]), "A,B"
-    if Path in (hint, *args):
-        return _path, "DIR"
-    if bool in (hint, *args):
-        return bool, None
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):  # Preset.backend: its name, made a member by Preset
-        return str, "TEXT"
-    base = next((a for a in args if a is not type(None)), hint)
-    return (_text_or_none if hint == str | None else hint), {int: "N", float: "X", str: "TEXT"}[base]
+def add_dataclass_flags(ap, cls, default_is_preset: bool, skip=(), only=None, prog: str = "the command line") -> None:
+    """A flag for each field of `cls` (all of them, or those in `only`), except those in `skip`."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name in skip or (only is not None and f.name not in only):
+            continue
+        add_field_flag(ap, f, hints[f.name], default_is_preset=default_is_preset, prog=prog)
 
 
-def preset_values(name: str) -> str:
-    """The cpu and t4 presets' value of a field, for --help: "(cpu: 40, t4: 250)", or "(cpu, t4: 1)" when equal."""
-    values = (getattr(PRESETS["cpu"], name), getattr(PRESETS["t4"], name))
-    shown = [",".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values]
-    shown = [v if len(v) <= 40 else v[:37] + "..." for v in shown]
-    return f"(cpu, t4: {shown[0]})" if shown[0] == shown[1] else f"(cpu: {shown[0]}, t4: {shown[1]})"
-
-
-def add_fields(parser, title: str, cls, only=None, skip=("name",), description=None) -> None:
-    """A flag per field of cls (those in `only`, when given), made by TRL's parser from a copy of the field with the
-    kit's type, aliases and help. A Preset flag not given is left out of the result (the preset decides); a RunOptions
-    flag defaults to the field's own default."""
-    group, hints = parser.add_argument_group(title, description), typing.get_type_hints(cls)
-    for f in (f for f in fields(cls) if f.name not in skip and (only is None or f.name in only)):
-        flag, (kind, metavar) = copy.copy(f), _flag_type(hints[f.name])
-        default = argparse.SUPPRESS if cls is Preset else f.default
-        flag.type, flag.default = kind, True if kind is bool else default  # True: TRL adds the --no- switch too
-        shown = f" {preset_values(f.name)}" if cls is Preset else (f" (default: {f.default})" if f.default else "")
-        aliases = [a for alias in ALIASES.get(f.name, []) for a in {alias, "--" + alias[2:].replace("-", "_")}]
-        flag.metadata = {"help": f.metadata["help"] + shown, "aliases": sorted(aliases, key=lambda a: "_" in a),
-                         **({"metavar": metavar} if metavar else {})}
-        flag.metadata.update({"rewards": {"action": _Added, "metavar": "MODULE:NAME"},
-                              "dashboard": {"choices": DASHBOARD_MODES}}.get(f.name, {}))
-        count = len(group._group_actions)
-        parser._parse_dataclass_field(group, flag)
-        actions = group._group_actions[count:]  # the flag, and a switch's --no- twin: one line in --help
-        for action in actions:
-            action.default = default
-            action.option_strings.sort(key=lambda s: "_" in s[2:])  # dashed first: in usage and argparse's errors
-        if len(actions) == 2:
-            actions[0].negated = [s for s in actions[1].option_strings if "_" not in s[2:]]
-            actions[1].help = argparse.SUPPRESS
-
-
-class _Help(argparse.HelpFormatter):
-    """Each flag once, dashed (the underscore spelling works too), a switch with its --no- form; at most 120 wide."""
-
-    def __init__(self, prog):
-        super().__init__(prog, max_help_position=36, width=min(120, shutil.get_terminal_size().columns))
-
-    def _format_action_invocation(self, action):
-        shown = copy.copy(action)
-        shown.option_strings = [s for s in action.option_strings if "_" not in s[2:]]
-        if action.nargs == "?" and action.const is True:  # a switch: TRL's parser also takes `--x false`
-            return ", ".join(shown.option_strings + getattr(action, "negated", []))
-        return super()._format_action_invocation(shown)
-
-
-def make_parser(dataclass_types=(), **kwargs):
-    """TRL's parser with the kit's --help, a TRL flag the kit does elsewhere pointed there, and a --config file's
-    values typed as the fields are (a refusal names the key and the fix) and its unknown keys refused."""
-
-    class KitParser(_trl_parser()):
-        def error(self, message):
-            given = {word.split("=")[0] for word in message.split()}
-            found = [f"{flag}: {where}" for flag, where in ELSEWHERE.items() if flag in given]
-            super().error("; ".join([message, *found]))
-
-        def set_defaults_with_config(self, **values):
-            for cls in (Preset, RunOptions):
-                names = {f.name for f in fields(cls)} - {"name"}
-                values.update(typed_fields(cls, {k: v for k, v in values.items() if k in names}))
-            if unknown := super().set_defaults_with_config(**values)[::2]:
-                known = sorted({a.dest for a in self._actions} - {"help", "config", "print_config"})
-                raise PresetError(f"--config: unknown key(s) {', '.join(k[2:] for k in unknown)}. Fix: use field "
-                                  f"names: {', '.join(known)}")
-            return []
-
-    return KitParser(list(dataclass_types), formatter_class=_Help, **kwargs)
-
-
-def given_fields(args: argparse.Namespace, cls) -> dict:
-    """The fields of cls the command line (or its --config file) gave."""
-    return {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
-
-
-def flag_of(name: str) -> str:
-    """The command-line flag of a dataclass field."""
-    return "--" + name.replace("_", "-")
+def given_fields(args: argparse.Namespace, cls, skip=()) -> dict:
+    """The fields of `cls` given on the command line (flags made with default_is_preset=True that are not None)."""
+    return {f.name: getattr(args, f.name) for f in fields(cls)
+            if f.name not in skip and getattr(args, f.name, None) is not None}

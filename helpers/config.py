@@ -68,7 +68,7 @@ class Preset:
         False, "unsloth backend with fast_inference: start vLLM in eager mode (no torch.compile, no CUDA graphs): "
         "slower generation, the fix when the engine fails to start")
     # backend "trl-vllm" (several GPUs, no Unsloth): TRL's own vLLM, "colocate" (an engine inside every training
-    # process, gpu_memory_utilization of its GPU) or "server" (`trl vllm-serve` on GPUs of its own; docs/scale-out.md)
+    # process, gpu_memory_utilization of its GPU) or "server" (`trl vllm-serve` on GPUs of its own; lab/docs/scale-out.md)
     vllm_mode: str = _knob("colocate", "trl-vllm backend: 'colocate' (vLLM in each training process) or 'server'")
     vllm_server_host: str = _knob("127.0.0.1", "trl-vllm server mode: host of `trl vllm-serve`")
     vllm_server_port: int = _knob(8000, "trl-vllm server mode: port of `trl vllm-serve`")
@@ -94,12 +94,12 @@ class Preset:
     temperature: float = _knob(1.0, "sampling temperature during training (> 0 so a group's completions differ)")
     # Off by default: bf16 changes the samples and the loss's numbers, and with both on the main job learned less
     # than the bound issue 33 set (seeds 0, 1, 2: 0.18, 0.40, 0.26 after training against fp32's 0.48, 0.40, 0.40;
-    # docs/performance.md, "bf16 sampling and loss, three seeds").
+    # lab/docs/performance.md, "bf16 sampling and loss, three seeds").
     # Where the CPU has no native bf16 the kit says so and runs fp32 (helpers.run.trl_patches).
     cpu_bf16_sampling: bool = _knob(
         False, "cpu backend: sample completions from a bf16 copy of the policy (LoRA merged) where the CPU has native "
         "bf16 (elsewhere fp32, with a line saying so); faster, not the same samples as fp32, learned less in the "
-        "main job (docs/performance.md)")
+        "main job (lab/docs/performance.md)")
     cpu_bf16_loss: bool = _knob(
         False, "cpu backend: the loss's forward and backward under bf16 autocast where the CPU has native bf16 "
         "(elsewhere fp32, with a line saying so; log-probabilities from fp32 logits); faster, not the same numbers "
@@ -130,7 +130,7 @@ class Preset:
     seed: int = _knob(0, "random seed (data split, LoRA init, sampling)")
     # evaluation
     eval_max_new_tokens: int = _knob(64, "tokens per answer when evaluating before and after")
-    # launch (several processes, docs/scale-out.md): how the recipe's commands start it. accelerate decides the real
+    # launch (several processes, lab/docs/scale-out.md): how the recipe's commands start it. accelerate decides the real
     # process count; validate() checks the batch against the count it is given, and the tests against this one.
     accelerate_config: str | None = _knob(
         None, "the accelerate config the recipe is launched with (accelerate launch --config_file); None: one process")
@@ -190,7 +190,7 @@ PRESETS = {
         max_completion_length=64,
         temperature=1.0,
         # Each sampled batch is trained on twice (num_iterations=2) at half the learning rate of the earlier recipe
-        # (5e-4, one step per batch). Measured on three seeds (docs/performance.md, "Two optimizer steps per sampled
+        # (5e-4, one step per batch). Measured on three seeds (lab/docs/performance.md, "Two optimizer steps per sampled
         # batch"): accuracy +0.26, +0.26, +0.10 against +0.30, 0.00, -0.18 before, in about 0.4 of b817e46's time.
         # The earlier recipe's policy often collapsed to one formatted wrong answer by step 10 (entropy under 0.2,
         # every completion alike, so no gradient); 1e-3 collapsed at once (0.22 -> 0.06).
@@ -227,7 +227,7 @@ PRESETS = {
         max_steps=250,
         eval_max_new_tokens=256,
     ),
-    # ---- several GPUs (docs/scale-out.md): TRL's own vLLM, not Unsloth (its fast_inference path is one GPU).
+    # ---- several GPUs (lab/docs/scale-out.md): TRL's own vLLM, not Unsloth (its fast_inference path is one GPU).
     # Launched with accelerate: accelerate_config and num_processes are what the doc's commands use.
     "a100x2-qwen7b-lora": Preset(
         name="a100x2-qwen7b-lora",
@@ -479,7 +479,7 @@ def _check_trl_vllm(p: Preset, num_processes: int) -> None:
     bad = functools.partial(_refuse, p)
     if p.vllm_mode not in ("colocate", "server"):
         bad("vllm_mode", "must be 'colocate' or 'server'", "colocate: vLLM inside each training process; "
-            "server: `trl vllm-serve` on GPUs of its own (docs/scale-out.md)")
+            "server: `trl vllm-serve` on GPUs of its own (lab/docs/scale-out.md)")
     if p.vllm_mode == "colocate" and p.gpu_memory_utilization is None:
         bad("gpu_memory_utilization", "colocated vLLM needs the fraction of each GPU it may reserve",
             "set it, e.g. 0.3")
@@ -516,7 +516,7 @@ DATA_FIELDS = ("dataset", "train_size", "eval_size", "synthetic_levels", "worked
 VLLM_FIELDS = ("vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
                "vllm_tensor_parallel_size")  # trl-vllm backend only: GRPOConfig's vllm_* arguments
 LAUNCH_FIELDS = ("accelerate_config", "num_processes", "train_gpus",
-                 "vllm_server_gpus")  # docs/scale-out.md's launch commands: config.json, read by no step
+                 "vllm_server_gpus")  # lab/docs/scale-out.md's launch commands: config.json, read by no step
 CPU_FIELDS = ("cpu_bf16_sampling", "cpu_bf16_loss", "cpu_speedups_off")  # cpu backend only: helpers.run.trl_patches.install_trainer_patches
 RECORD_FIELDS = ("name", "description")  # bookkeeping: config.json only
 

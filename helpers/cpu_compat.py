@@ -60,7 +60,7 @@ class TorchChunkedLogProb:
 # speed_up_grpo_on_cpu does that shared work once (generation: helpers.model.generate_shared_prefix; loss:
 # shared_prompt_logps below), and generates with the LoRA adapter merged into the weights (helpers.model.merged_lora:
 # one matmul per projection instead of three). Same mathematics, different summation order; measured in
-# docs/performance.md (time per step and learning, side by side). Anything they do not recognise (prompts that are
+# lab/docs/performance.md (time per step and learning, side by side). Anything they do not recognise (prompts that are
 # not in groups, images, MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
 
 

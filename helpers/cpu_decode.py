@@ -2,7 +2,7 @@
 
 A decoding step of the embedded SmolLM2 (30 layers, 8 rows) spent 18% of its operator time in torch.cat, mostly
 DynamicCache copying every layer's keys and values at every token, and more in generate's per-token bookkeeping
-and mask building (docs/performance.md, "A decoding loop of the kit's own"). `generate` below runs the decoder's
+and mask building (lab/docs/performance.md, "A decoding loop of the kit's own"). `generate` below runs the decoder's
 layers itself on a key/value cache allocated once, with the same kernels in the same order (F.linear, SDPA, the norm
 and rotary arithmetic of transformers' Llama), so the logits are equal bit for bit and sampling draws the same
 random numbers: the same tokens as model.generate (tests/test_cpu_decode.py). The first token still comes from
@@ -128,7 +128,7 @@ class LlamaLayers:
     def logits(self, hidden):
         """The output projection in slices of LM_HEAD_ROWS vocabulary rows: every logit is the same dot product as
         one F.linear's, bit for bit (tests/test_cpu_decode.py), and at a few rows per step MKL's packing of a slice
-        stays in cache (SmolLM2's 49152 x 576 matrix: 14.3 against 17.9 ms per step, docs/performance.md)."""
+        stays in cache (SmolLM2's 49152 x 576 matrix: 14.3 against 17.9 ms per step, lab/docs/performance.md)."""
         head = self.lm_head
         if head.bias is not None or head.loras:
             return head(hidden)

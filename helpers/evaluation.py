@@ -251,7 +251,7 @@ def sample_answers(model, tokenizer, rows: list[dict], settings, n: int, lora_pa
 
     transformers generate (the CPU path; speed-up pass_at_k_one_call): each prompt repeated n times, all drawn in
     one generate call per batch of at most PASS_AT_K_BATCH rows, the batches of equal size (200 rows: two of 100; a
-    100-row KV cache of SmolLM2 is about 1.7 GB at these lengths); measured in docs/performance.md. The same
+    100-row KV cache of SmolLM2 is about 1.7 GB at these lengths); measured in lab/docs/performance.md. The same
     distribution, other random numbers than rounds.
     vLLM, or the speed-up off: one generate() round per sample, each with its own seed (vLLM seeds every request
     with settings.seed, so repeating a prompt in one round would repeat it)."""

@@ -132,7 +132,7 @@ def gqa_sdpa_attention(module, query, key, value, attention_mask, dropout=0.0, s
     heads in place (SDPA's enable_gqa) instead of repeating them: transformers' use_gqa_in_sdpa allows that only
     without a mask (a CUDA kernel limit), so every batched call copied K and V three times (SmolLM2: 9 query heads,
     3 key/value heads). Same values as the copy, bit for bit (tests/test_cpu_generation.py); measured in
-    docs/performance.md."""
+    lab/docs/performance.md."""
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -474,7 +474,7 @@ def _live_adapter_scratch() -> tempfile.TemporaryDirectory:
 @contextmanager
 def merged_lora(model):
     """Generate with the LoRA adapter merged into the weights (one matmul per projection instead of three; measured
-    in docs/performance.md), then restore them. CPU only: on a GPU the base weights may be 4-bit, and merging into
+    in lab/docs/performance.md), then restore them. CPU only: on a GPU the base weights may be 4-bit, and merging into
     them would round the adapter away. Inside model.disable_adapter() nothing is merged: peft would undo the merge at
     the first forward pass, and W + BA - BA is not W to the last bit."""
     already_merged = any(getattr(module, "merged", False) for module in model.modules())  # the caller's: keep it

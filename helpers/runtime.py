@@ -37,7 +37,7 @@ def no_gpu(preset=None, *, on_colab: bool) -> RuntimeProblem:
     backend = getattr(preset, "backend", None)
     if backend is not None and Backend(backend).uses_trl_vllm:
         return RuntimeProblem(f"{where}, and {what} needs NVIDIA GPUs (several: TRL + vLLM, bf16). Fix: run it on a "
-                              "multi-GPU machine with accelerate launch (docs/scale-out.md), or use the cpu preset.")
+                              "multi-GPU machine with accelerate launch (lab/docs/scale-out.md), or use the cpu preset.")
     if on_colab:
         fix = ("Runtime > Change runtime type > T4 GPU, then run the notebook again from the top. (To run it on this "
                "CPU runtime with the small embedded model instead, set PRESET = \"cpu\" in the first cell; "

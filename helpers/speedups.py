@@ -1,7 +1,7 @@
 """The CPU path's speed-ups, by name: one place that lists them, switches each off, and says which a run used.
 
 Each speed-up computes what the plain transformers/TRL code computes (the same tokens, or the same mathematics in
-another summation order), only faster on a CPU; docs/performance.md measures each one. A run records the names it
+another summation order), only faster on a CPU; lab/docs/performance.md measures each one. A run records the names it
 used in summary.json ("cpu_speedups"), and any of them can be turned off to compare or to rule it out of a bug:
 
     python -m helpers.train --preset cpu --cpu-speedups-off gqa_attention,plain_sampler
@@ -9,7 +9,7 @@ used in summary.json ("cpu_speedups"), and any of them can be turned off to comp
 
 bf16 sampling and the bf16 loss are not listed here: they change the numbers, so each is a setting of its own
 (cpu_bf16_sampling, cpu_bf16_loss). Choosing the thread count per phase was measured and not adopted
-(docs/performance.md, issue 33's entry).
+(lab/docs/performance.md, issue 33's entry).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 
 ENV = "GRPO_KIT_SPEEDUPS_OFF"
 
-# name -> what it does (one line each; docs/performance.md has the measurements)
+# name -> what it does (one line each; lab/docs/performance.md has the measurements)
 SPEEDUPS: dict[str, str] = {
     "shared_prefix": "generation pre-fills the prompt prefix every row shares once and copies its keys/values",
     "merged_lora": "generation runs with the LoRA adapter merged into the weights (one matmul per projection)",

@@ -7,7 +7,7 @@
     python lab/benchmark_cpu.py --levers all --steps 2 --eval-size 8 --repeats 3    # each speed-up on / off
 
 Each run is the kit's own main job (python -m helpers.train --preset cpu ...) in a fresh run folder, with
-helpers/run/step_timing.StepTimer attached from THIS checkout (so an older checkout without it is timed the same way).
+lab/step_timing.StepTimer attached from THIS checkout (so an older checkout without it is timed the same way).
 It prints seconds per step, generation tokens per second and each phase's share of the step time, and, when
 comparing, the ratio B/A of the medians. CPU machines of the same kind differ in speed by up to ~3.5x, and a
 shared machine's load changes minute to minute: only ratios taken in one sitting, runs alternating, mean much.
@@ -38,11 +38,11 @@ from helpers.config import get_preset  # noqa: E402
 from helpers.cpu_compat import cpu_has_native_bf16  # noqa: E402
 from helpers.data import heldout_questions  # noqa: E402
 from helpers.model import _until_eos, chat_texts, generate_shared_prefix, load_cpu, merged_lora  # noqa: E402
-from helpers.run.step_timing import summarize_step_times  # noqa: E402
+from lab.step_timing import summarize_step_times  # noqa: E402
 from helpers.run.trl_patches import _sampler_for  # noqa: E402
 from helpers.speedups import ENV, SPEEDUPS, parse_off  # noqa: E402
 
-STEP_TIMING = ROOT / "helpers" / "run" / "step_timing.py"
+STEP_TIMING = ROOT / "lab" / "step_timing.py"
 
 # Runs in the child process (cwd = the checkout being timed): attach the StepTimer from this checkout to every
 # GRPOTrainer the main job builds, run an optional setup snippet (first: it may set environment variables that
@@ -339,7 +339,7 @@ def phase_seconds(run: dict, phase: str) -> float:
 
 
 def lever_table(rows: list[dict]) -> str:
-    """A markdown table for docs/performance.md; rows: {name, phase, on: [s...], off: [s...]}."""
+    """A markdown table for lab/docs/performance.md; rows: {name, phase, on: [s...], off: [s...]}."""
     lines = ["| speed-up | phase timed | on (s, median) | off (s, median) | ratio on/off | runs per side |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:

@@ -69,7 +69,8 @@ from helpers.memory import CUDA_CONTEXT_GB, MemorySettings, estimate, model_key,
 from helpers.memory.measured import comparison_rows, describe, load_records, prediction_now  # noqa: E402,F401
 from helpers.reuse import write_atomically  # noqa: E402
 from helpers.run.options import RunOptions  # noqa: E402
-from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, summarize_step_times  # noqa: E402
+from helpers.run import extensions  # noqa: E402
+from lab.step_timing import GENERATE_AND_SCORE_METHOD, StepTiming, summarize_step_times  # noqa: E402
 from helpers.runtime import GIB  # noqa: E402
 from lab.gpu_emulation import (EMULATED, EmulatedGPU, cap_memory, default_random_model_dir,  # noqa: E402
                                    emulated_card, emulated_runtime, imported, mirror_colab_vllm, on_random_weights,
@@ -589,6 +590,7 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     run_preset = benchmark_run_preset(preset, args)
     options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
     progress.stage(record, "start")
+    extensions.use(StepTiming())  # each step's phases in metrics.jsonl: record["step_timing"] below
     state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
     device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
     model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device, progress)
@@ -709,7 +711,7 @@ def attach_phase_meter(trainer, meter, after_step=None) -> dict:
     """Split each step into generation (TRL's _generate_and_score_completions) and training (loss, backward,
     optimizer step): memory per phase into meter, and the times and completion tokens into the dict returned
     (step_seconds, and per generate-and-score call seconds and tokens). Which TRL method is a step's generation
-    phase is named once, in helpers/run/step_timing.py."""
+    phase is named once, in lab/step_timing.py."""
     from transformers import TrainerCallback
 
     out: dict = {"step_seconds": [], "seconds": [], "tokens": []}

@@ -1,4 +1,4 @@
-"""GPU memory per GPU when N training processes share the work with DeepSpeed ZeRO (docs/scale-out.md).
+"""GPU memory per GPU when N training processes share the work with DeepSpeed ZeRO (lab/docs/scale-out.md).
 
     from helpers.memory import estimate
     from lab.zero import per_gpu_with_zero, scale_out_settings

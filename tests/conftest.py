@@ -8,6 +8,15 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
+def _no_extension_left():
+    """A test that plugged an extension in (helpers.run.extensions.use) leaves the next test the course's own run."""
+    yield
+    from helpers.run import extensions
+
+    extensions.clear()
+
+
+@pytest.fixture(autouse=True)
 def _speedups_back_on():
     """A test whose run turned CPU speed-ups off (pipeline.start configures them per process) leaves them on again."""
     yield

@@ -1,5 +1,5 @@
-"""Relative links in README.md, docs/*.md and capstone/README.md lead somewhere: the file exists, and a #anchor names
-a heading of the file it points into (GitHub's anchor rules). Links inside code are not links and are skipped."""
+"""Relative links in README.md, docs/*.md, capstone/README.md and lab/docs/*.md lead somewhere: the file exists,
+and a #anchor names a heading of the file it points into (GitHub's anchor rules). Links inside code are not links and are skipped."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "capstone" / "README.md"]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "capstone" / "README.md",
+         *sorted((ROOT / "lab" / "docs").glob("*.md"))]  # the lab's record and scale-out
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")

@@ -90,3 +90,42 @@ def test_no_helpers_file_is_over_700_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in (ROOT / "helpers").rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 700}
     assert not long, f"split these: {long}"
+
+
+COURSE = ("helpers", "lessons", "scripts")  # the course's folders; lab/ may import them, never the reverse
+
+
+def lab_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """`file:line import` for each import of the lab in `path`: an import statement, or importlib's import_module /
+    __import__ / spec_from_file_location with a literal naming lab (a module, or a path under lab/)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                "import_module", "__import__", "spec_from_file_location"):
+            names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        for name in names:
+            if name == "lab" or name.startswith(("lab.", "lab/")) or "/lab/" in name:
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {name}")
+    return found
+
+
+def test_the_course_imports_nothing_from_the_lab():
+    """helpers/, lessons/ and scripts/ stand without lab/: an instructor can delete the lab and teach the course."""
+    found = [hit for folder in COURSE for path in sorted((ROOT / folder).rglob("*.py")) for hit in lab_imports(path)]
+    assert not found, ("the course imports the lab (lab/__init__.py: the lab may import the course, never the "
+                       "reverse). Fix: move what these need into helpers/, or the code into lab/:\n" + "\n".join(found))
+
+
+def test_the_lab_import_check_sees_each_form(tmp_path):
+    (tmp_path / "sample.py").write_text(
+        "import lab\nfrom lab.step_timing import StepTimer\nimport importlib\nimportlib.import_module('lab.scale_out')\n"
+        "importlib.util.spec_from_file_location('x', 'lab/benchmark_memory.py')\n"
+        "import labels\nfrom helpers import lab_notes\nfrom . import lab\n")
+    assert lab_imports(tmp_path / "sample.py", root=tmp_path) == [
+        "sample.py:1 lab", "sample.py:2 lab.step_timing", "sample.py:4 lab.scale_out",
+        "sample.py:5 lab/benchmark_memory.py"]

@@ -134,8 +134,8 @@ def test_real_grpo_steps_change_the_adapter_and_write_every_artifact(tiny_run):
 
 @pytest.mark.slow
 def test_real_steps_get_every_phase_and_the_phases_add_up_to_the_step(tiny_run):
-    """helpers/run/step_timing.py on the same run: every phase timed, the phases summing to the step."""
-    from helpers.run.step_timing import PHASES, PREFIX
+    """lab/step_timing.py on the same run: every phase timed, the phases summing to the step."""
+    from lab.step_timing import PHASES, PREFIX
 
     _, run = tiny_run
     rows = run["rows"]

@@ -40,9 +40,9 @@ def test_what_install_trainer_patches_changes_is_exactly_the_table(tmp_path):
 def test_the_patches_go_in_once(tmp_path):
     trainer = tiny_grpo_trainer(tmp_path, ["Say a number."] * 2, lambda completions, **kw: [0.0] * len(completions))
     trl_patches.install_trainer_patches(trainer)
-    timer, generate = trainer._step_timer, trainer._generate_single_turn
-    trl_patches.install_trainer_patches(trainer)  # a cell run twice: no second wrapper (it would count time twice)
-    assert trainer._step_timer is timer and trainer._generate_single_turn is generate
+    logps, generate = trainer._get_per_token_logps_and_entropies, trainer._generate_single_turn
+    trl_patches.install_trainer_patches(trainer)  # a cell run twice: no second wrapper around the CPU versions
+    assert trainer._get_per_token_logps_and_entropies is logps and trainer._generate_single_turn is generate
 
 
 def test_every_patched_method_exists_in_the_pinned_trl():

@@ -13,7 +13,8 @@ so the two cannot drift:
 `run` does every step and returns the state (the trained model with it); `run_all` returns just the summary.
 
 Names: `RunState` is what the steps hand each other; `state.run_dir` is the run folder on disk (helpers.run.folder
-plans it); the package helpers.run is the run's wing as a whole.
+plans it); the package helpers.run is the run's wing as a whole. A run is one process (`state.dist`); what the lab
+adds (each step's phases, several processes under accelerate launch) comes in through helpers.run.extensions.
 """
 
 from __future__ import annotations
@@ -34,19 +35,16 @@ from helpers.evaluation import (eval_report, evaluate, evaluate_base, load_befor
 from helpers.memory.monitor import MemoryMonitor
 from helpers.messages import say
 from helpers.memory.oom_doctor import oom_advice
-from helpers.model import check_trainer_uses_model_engine, load, load_trl_vllm
+from helpers.model import check_trainer_uses_model_engine, load
 from helpers.run import checkpoints as ck
 from helpers.run.dashboard import TrainingDashboard
 from helpers.run.health import FINISHED, TrainingHealth, training_status
-from helpers.run.distributed import (ProcessInfo, on_main_then_share, process_info, rank_marker_callbacks,
-                                     save_adapter_once, zero3_active)
 from helpers.run.folder import (RunDirError, RunFolder, checkpoints_inside, plan_folder, reward_names, run_config,
                                 write_config)
-from helpers.run import guard
+from helpers.run import extensions, guard
 from helpers.run.options import RunOptions
 from helpers.run.reward_specs import RewardError, resolve_rewards, try_rewards, watch_rewards
 from helpers.run.metrics import AdvantageStats, MetricsRecorder, plot_rewards, read_metrics
-from helpers.run.step_timing import summarize_step_times
 from helpers.run.trl_patches import install_trainer_patches
 from helpers.reuse import write_atomically
 from helpers.sharing import save_adapter
@@ -80,7 +78,7 @@ class RunState:
     options: RunOptions
     reward_funcs: list
     runtime: rt.Runtime
-    dist: ProcessInfo
+    dist: extensions.OneProcess  # the run's processes: one, or the lab's (helpers.run.extensions)
     folder: RunFolder | None
     save_steps: int
     gpu: object  # the card we are on (GB), or "t4": what the OOM doctor sizes for
@@ -114,7 +112,7 @@ def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, 
     run folder, when the caller planned it already (python -m helpers.train does, before importing TRL)."""
     options = options or RunOptions()
     runtime = runtime if runtime is not None else rt.detect()
-    dist = process_info()  # accelerate launch: several processes (docs/scale-out.md); otherwise one
+    dist = extensions.processes()  # one; several only through the lab's wrapper (lab.scale_out)
     guard.check_before_loading(preset, runtime, num_processes=dist.world_size, options=options)
     speedups.configure(preset.cpu_speedups_off)  # this run's switches (on top of $GRPO_KIT_SPEEDUPS_OFF)
     reward_funcs = _checked_rewards(reward_funcs, options)
@@ -124,7 +122,7 @@ def start(preset: Preset, options: RunOptions | None = None, reward_funcs=None, 
                      else options.save_steps, gpu=runtime.total_gpu_gb if runtime.has_gpu else "t4")
     config = state.config()
     # several processes: process 0 plans (creates or refuses) the folder and every process uses its plan
-    state.folder = folder if folder is not None else on_main_then_share(
+    state.folder = folder if folder is not None else dist.share(
         lambda: plan_folder(preset, options, reward_funcs), cpu=preset.backend.is_cpu)
     say(runtime.describe())
     say(f"preset {preset.name}: {preset.description}")
@@ -206,8 +204,8 @@ def kit_callbacks(state: RunState) -> list:
     """The kit's extras as TRL callbacks: memory monitor, metrics.jsonl, checkpoint rotation, live dashboard, and
     the health check that stops a run at its first NaN/inf (helpers.run.health)."""
     # The monitor and AdvantageStats add memory/* and advantages/* to the logs: before the recorder that writes them.
-    callbacks = [MemoryMonitor(), AdvantageStats(), MetricsRecorder(state.run_dir / "metrics.jsonl")] + \
-        rank_marker_callbacks()
+    callbacks = [MemoryMonitor(), AdvantageStats(), MetricsRecorder(state.run_dir / "metrics.jsonl")]
+    callbacks += [callback for hook in extensions.hooks("callbacks") for callback in hook(state)]  # the lab's
     if state.save_steps and state.dist.is_main:  # Trainer saves checkpoints from process 0; it alone rotates them
         callbacks.append(KeepLastCheckpoints(state.folder.checkpoint_dir, state.options.keep))
     if state.options.dashboard != "off" and state.dist.is_main:
@@ -272,6 +270,8 @@ def training(state: RunState, trainer):
     fixes; Ctrl-C (and SIGTERM or SIGHUP under python -m helpers.train) says how to resume; a full disk becomes a
     RunDirError with the free space and the fix."""
     prepare_trainer(trainer, state.preset, state.options.reward_timeout)
+    for hook in extensions.hooks("prepare_trainer"):  # the lab's (lab.step_timing's timer), after the kit's patches
+        hook(state, trainer)
     if state.folder.training_done:
         try:
             ck.restore_trained(trainer, state.folder.resume_from.path)
@@ -309,9 +309,7 @@ def _train_seconds(trainer) -> float:
 
 
 def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
-    if state.dist.distributed and zero3_active():
-        # the trained weights are sharded across the processes: evaluate a fresh copy with the saved adapter
-        model, _ = load_trl_vllm(state.preset, adapter_path=adapter)
+    model = state.dist.model_to_evaluate(state.preset, model, adapter)
     say("evaluating after training ...")
     after = evaluate(model, state.tokenizer, heldout, state.preset,
                      lora_path=adapter if state.preset.backend.uses_unsloth else None)
@@ -322,6 +320,11 @@ def _evaluate_after(state: RunState, model, heldout, adapter: Path) -> dict:
 def _speedups_used(preset: Preset) -> dict:
     """summary.json's "cpu_speedups": the CPU path's speed-ups this run used (helpers.speedups); none elsewhere."""
     return {"cpu_speedups": speedups.active()} if preset.backend.is_cpu else {}
+
+
+def _extension_summary(state: RunState, rows: list[dict]) -> dict:
+    """What the lab's extensions add to summary.json (lab.step_timing: "time"), from the run's metrics rows."""
+    return {key: value for hook in extensions.hooks("summary") for key, value in hook(state, rows).items()}
 
 
 def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
@@ -339,7 +342,7 @@ def _finish_stopped(state: RunState, trainer, before, status: str) -> dict:
                "wall_seconds": round(time.time() - state.started, 1),
                "train_seconds": round(_train_seconds(trainer), 1), "before": summary_of(before) if before else None,
                "after": None, "reward_funcs": reward_names(state.reward_funcs), "runtime": state.runtime.describe(),
-               "time": summarize_step_times(rows), **_speedups_used(state.preset)}
+               **_speedups_used(state.preset), **_extension_summary(state, rows)}
     write_atomically(state.run_dir / "summary.json", json.dumps(summary, indent=2))
     state.folder.release()
     say(f"the run {status} (summary.json in {state.run_dir}/ says so; no adapter was saved and no "
@@ -380,8 +383,7 @@ def _finish(state: RunState, trainer, heldout, before) -> dict:
     if status != FINISHED:
         return _finish_stopped(state, trainer, before, status)
     # The run folder's own output: plan_run_folder already refused to touch a finished run without --overwrite.
-    adapter = save_adapter_once(trainer, state.model, state.tokenizer, run_dir / "adapter", _save_adapter_beside,
-                                state.dist)
+    adapter = state.dist.save_adapter(trainer, state.model, state.tokenizer, run_dir / "adapter", _save_adapter_beside)
     if not state.dist.is_main:
         return {}  # every process trained; process 0 evaluates and writes the results
     evaluated = state.options.evaluate
@@ -402,8 +404,8 @@ def _finish(state: RunState, trainer, heldout, before) -> dict:
         "after": summary_of(after) if evaluated else None,
         "reward_funcs": reward_names(state.reward_funcs),
         "runtime": state.runtime.describe(),
-        "time": summarize_step_times(rows),  # where the training time went, per phase (helpers.run.step_timing)
         **_speedups_used(preset),
+        **_extension_summary(state, rows),
     }
     pass_k = None
     if state.options.pass_k_samples:

@@ -2,7 +2,7 @@
 
 Written for trl 1.15.0 and transformers 5.17.0 (requirements*.txt). `install_trainer_patches(trainer, preset)`
 installs them on one trainer instance (never the class), in this order; each later one wraps what the earlier ones
-left, so the step timer (last, outermost) times the CPU versions:
+left (the lab's step timer, lab.step_timing, goes on after all of them, so it times the CPU versions):
 
 | patched attribute                                   | by                                 | when                         |
 |-----------------------------------------------------|------------------------------------|------------------------------|
@@ -12,8 +12,6 @@ left, so the step timer (last, outermost) times the CPU versions:
 | GRPOTrainer._generate_and_score_completions         | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
 | GRPOTrainer._compute_loss                           | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
 | GRPOTrainer._get_per_token_logps_and_entropies      | take_old_logps_from_the_first_pass | cpu, num_iterations > 1      |
-| GRPOTrainer._generate, _calculate_rewards, _save_checkpoint, _get_per_token_logps_and_entropies,
-  _generate_and_score_completions; Accelerator.backward; CallbackHandler.call_event | StepTimer.attach | always |
 | trainer.reward_funcs (the plain functions, wrapped) | TrainingHealth.watch_rewards  | a TrainingHealth callback    |
 | ProgressCallback (bar kept, its dict of logs not printed), PrinterCallback (removed) in trainer.callback_handler.callbacks
                                                       | one_line_per_step                  | a TrainingDashboard that is not verbose |
@@ -29,10 +27,10 @@ the dashboard's samples and AdvantageStats) and `trl_compute_loss` (GRPOTrainer.
 trainer: lesson 08's truth, helpers.teaching.grpo_math.trl_loss). tests/test_trl_patches.py checks each name they
 read against the pinned TRL's source.
 
-Outside a run, lab/benchmark_memory.py wraps _generate_and_score_completions too, to read GPU memory per phase
-(attach_phase_meter). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer and check that what
-changed is exactly what it lists. The maths the CPU patches call lives in helpers.cpu_compat (a plain-PyTorch
-log-prob kernel, the shared-prompt loss, the bf16 sampler); the step timer in helpers.run.step_timing.
+The lab wraps more of them, outside the course: lab/step_timing.py (each step's phases) and lab/benchmark_memory.py
+(GPU memory per phase). PATCHED_METHODS holds the table above for code: tests install every patch on a real trainer
+and check that what changed is exactly what it lists. The maths the CPU patches call lives in helpers.cpu_compat (a
+plain-PyTorch log-prob kernel, the shared-prompt loss, the bf16 sampler).
 """
 
 from __future__ import annotations
@@ -49,14 +47,16 @@ from helpers import cpu_decode, speedups
 from helpers.cpu_compat import PlainSampler, TorchChunkedLogProb, cpu_has_native_bf16, shared_prompt_logps
 from helpers.messages import say
 from helpers.model import generate_shared_prefix, merged_lora
-from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD, LOGPS_METHOD, TRAINER_PHASE_METHODS, StepTimer
+
+# TRL's private methods the patches below replace (lab/step_timing.py names the ones its timer wraps itself: it
+# loads without torch; tests/test_trl_patches.py and lab/tests check both lists against the pinned TRL)
+LOGPS_METHOD = "_get_per_token_logps_and_entropies"
+GENERATE_AND_SCORE_METHOD = "_generate_and_score_completions"
 
 # (object on the trainer, "" for the trainer itself) -> the private methods replaced on that instance, by patch.
 PATCHED_METHODS = {
     "speed_up_grpo_on_cpu": {"": ("_generate_single_turn", LOGPS_METHOD)},
     "take_old_logps_from_the_first_pass": {"": (GENERATE_AND_SCORE_METHOD, "_compute_loss", LOGPS_METHOD)},
-    "StepTimer.attach": {"": (*TRAINER_PHASE_METHODS, LOGPS_METHOD, GENERATE_AND_SCORE_METHOD),
-                         "accelerator": ("backward",), "callback_handler": ("call_event",)},
 }
 
 
@@ -75,7 +75,7 @@ def patch_trl_for_cpu() -> bool:
 def install_trainer_patches(trainer, preset=None) -> None:
     """Install the kit's patches on this trainer, in the order of the table above. preset: asks for bf16
     sampling and loss on CPU (cpu_bf16_sampling, cpu_bf16_loss), used only where the CPU has native bf16."""
-    if trainer.args.use_cpu:  # each group's prompt once in generation and loss (docs/performance.md)
+    if trainer.args.use_cpu:  # each group's prompt once in generation and loss (lab/docs/performance.md)
         patch_trl_for_cpu()
         bf16 = {name: bool(preset and getattr(preset, name, False)) for name in ("cpu_bf16_sampling", "cpu_bf16_loss")}
         if any(bf16.values()) and not cpu_has_native_bf16():
@@ -87,11 +87,6 @@ def install_trainer_patches(trainer, preset=None) -> None:
         install = getattr(callback, "install_patches", None)
         if callable(install):
             install(trainer)
-    if getattr(trainer, "_step_timer", None) is None:  # lab/benchmark_cpu.py may have attached its own
-        try:
-            StepTimer().attach(trainer)
-        except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
-            say(f"step timing is off for this trainer: {err}")
 
 
 class BarOnlyProgress(ProgressCallback):
@@ -117,7 +112,7 @@ def one_line_per_step(trainer) -> None:
 # speed_up_grpo_on_cpu does that shared work once (generation: helpers.model.generate_shared_prefix; loss:
 # helpers.cpu_compat.shared_prompt_logps), and generates with the LoRA adapter merged into the weights
 # (helpers.model.merged_lora: one matmul per projection instead of three). Same mathematics, different summation
-# order; measured in docs/performance.md. Anything they do not recognise (prompts that are not in groups, images,
+# order; measured in lab/docs/performance.md. Anything they do not recognise (prompts that are not in groups, images,
 # MoE aux loss, softcapped heads) goes to TRL's own code unchanged.
 
 

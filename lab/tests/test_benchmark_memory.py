@@ -133,7 +133,7 @@ def test_kit_mode_without_a_gpu_still_writes_a_record_that_names_the_refusal(tmp
 def test_the_trl_method_split_into_phases_exists_in_the_pinned_trl():
     from trl import GRPOTrainer
 
-    from helpers.run.step_timing import GENERATE_AND_SCORE_METHOD
+    from lab.step_timing import GENERATE_AND_SCORE_METHOD
 
     assert callable(getattr(GRPOTrainer, GENERATE_AND_SCORE_METHOD, None))
 

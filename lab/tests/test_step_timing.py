@@ -1,11 +1,11 @@
-"""helpers/run/step_timing.py: its sums, and its refusals. (On a real tiny GRPO run, through lab/benchmark_cpu.py:
+"""lab/step_timing.py: its sums, and its refusals. (On a real tiny GRPO run, through lab/benchmark_cpu.py:
 tests/test_train.py, which shares that run with the main job's own checks.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.run.step_timing import StepTimer, summarize_step_times
+from lab.step_timing import StepTimer, summarize_step_times
 
 
 def _bench():

@@ -1,4 +1,4 @@
-"""Scale-out (docs/scale-out.md): several processes with accelerate, DeepSpeed ZeRO configs, TRL's vLLM server mode.
+"""Scale-out (lab/docs/scale-out.md): several processes with accelerate, DeepSpeed ZeRO configs, TRL's vLLM server mode.
 
 On a CPU machine: a real two-process GRPO run (accelerate launch, gloo), the DeepSpeed / accelerate configs
 through the libraries' own loaders, the TRL CLI and GRPOConfig fields the multi-GPU presets use, and the ZeRO
@@ -19,13 +19,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.run import distributed
+from lab import distributed
 from helpers.memory import estimate
 from lab.zero import per_gpu_with_zero, scale_out_settings, split_components, zero_divisors
 from helpers.runtime import RuntimeProblem, fake_runtime
 from helpers.config import PRESETS, PresetError, get_preset, grpo_config_kwargs, validate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE_CONFIGS = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))
 SCALE_OUT_PRESETS = [n for n, p in PRESETS.items() if p.backend == "trl-vllm"]
 
@@ -35,14 +35,14 @@ SCALE_OUT_PRESETS = [n for n, p in PRESETS.items() if p.backend == "trl-vllm"]
 
 @pytest.mark.slow
 def test_two_processes_train_together_and_write_results_once(tmp_path):
-    """accelerate launch with 2 processes: both run the GRPO steps (same weights after each step: gradients were
+    """accelerate launch -m lab.scale_out with 2 processes: both run the GRPO steps (same weights after each step: gradients were
     all-reduced), process 0 alone evaluates, writes metrics/summary and saves the adapter."""
     run, markers = tmp_path / "run", tmp_path / "markers"
     env = dict(os.environ, OMP_NUM_THREADS="1", GRPO_KIT_RANK_MARKERS=str(markers))
     env.pop("WORLD_SIZE", None), env.pop("RANK", None)
     cmd = [str(Path(sys.executable).parent / "accelerate"), "launch",
            "--config_file", str(ROOT / "configs/accelerate/cpu_2proc.yaml"),
-           "-m", "helpers.train", "--preset", "cpu", "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
+           "-m", "lab.scale_out", "--preset", "cpu", "--max-steps", "2", "--num-generations", "4", "--batch-size", "4",
            "--max-completion-length", "16", "--num-iterations", "1", "--eval-size", "2", "--eval-max-new-tokens", "8", "--save-steps", "0",
            "--run-dir", str(run)]
     started = time.time()
@@ -73,6 +73,7 @@ def test_two_processes_train_together_and_write_results_once(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2], "one metrics row per step, not one per process"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["before"]["n"] == 2
+    assert summary["time"]["steps"] == 2, "lab.scale_out plugs the step timer in too (lab.step_timing)"
     assert not any(p.name.startswith("runs") for p in tmp_path.iterdir())
 
 
@@ -160,7 +161,7 @@ def test_grpo_config_accepts_the_scale_out_kwargs(name, tmp_path):
 
 
 def test_trl_vllm_serve_cli_parses_the_documented_command():
-    """The `trl vllm-serve` arguments docs/scale-out.md uses exist in the pinned TRL, and what it forwards to vLLM."""
+    """The `trl vllm-serve` arguments lab/docs/scale-out.md uses exist in the pinned TRL, and what it forwards to vLLM."""
     from trl.cli.commands import get_commands
     from trl.scripts.vllm_serve import build_command, make_parser
 
@@ -178,14 +179,14 @@ def test_trl_vllm_serve_cli_parses_the_documented_command():
 
 
 def test_the_documented_install_is_the_tested_stack_plus_a_vllm_trl_supports():
-    """The pip command docs/scale-out.md gives: its vLLM is inside the range the pinned TRL accepts, and every other
+    """The pip command lab/docs/scale-out.md gives: its vLLM is inside the range the pinned TRL accepts, and every other
     package is pinned to the version the CPU tests run (requirements-cpu.txt)."""
     import inspect
 
     from packaging.version import Version
     from trl import import_utils
 
-    doc = (ROOT / "docs" / "scale-out.md").read_text()
+    doc = (ROOT / "lab" / "docs" / "scale-out.md").read_text()
     command = re.search(r"^pip install (.*)$", doc.replace("\\\n", " "), re.M).group(1)  # continuation lines joined
     pins = dict(re.findall(r"([\w.-]+)==([\w.]+)", command))
     src = inspect.getsource(import_utils.is_vllm_available)
@@ -250,7 +251,7 @@ def test_deepspeed_yaml_becomes_a_deepspeed_plugin(stage, monkeypatch):
     pytest.importorskip("deepspeed")
     args = launch_command_parser().parse_args(
         ["--config_file", str(ROOT / f"configs/accelerate/multi_gpu_zero{stage}.yaml"), "--num_processes", "6",
-         "-m", "helpers.train", "--preset", "8xh100-qwen7b-lora"])
+         "-m", "lab.scale_out", "--preset", "8xh100-qwen7b-lora"])
     args, defaults, mp_from_config = _validate_launch_command(args)
     fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_config else [])
     args.deepspeed_fields_from_accelerate_config = ",".join(fields)  # as accelerate's launch_command does
@@ -276,7 +277,7 @@ def test_cpu_yaml_uses_the_launcher_that_starts_several_processes():
     assert grpo_config_kwargs(get_preset("cpu"), fake_runtime("cpu"))["use_cpu"] is True
 
 
-# ----------------------------------------------------------------------------------------- helpers.run.distributed
+# ------------------------------------------------------------------------------------------------ lab.distributed
 
 
 def test_process_info_reads_the_launcher_environment():

@@ -1,6 +1,7 @@
-"""Several processes, one run: what `python -m helpers.train` needs when started by `accelerate launch`.
+"""Several processes, one run: what `python -m helpers.train` needs when started by `accelerate launch` through the
+lab's wrapper (lab.scale_out, which plugs this in through helpers.run.extensions):
 
-    accelerate launch --config_file configs/accelerate/multi_gpu_zero2.yaml -m helpers.train --preset 8xh100-qwen7b-lora
+    accelerate launch --config_file configs/accelerate/multi_gpu_zero2.yaml -m lab.scale_out --preset 8xh100-qwen7b-lora
 
 TRL's GRPOTrainer does the data-parallel part (each process generates and scores its share of the completions,
 gradients are all-reduced, or sharded by DeepSpeed ZeRO). This module does the rest:
@@ -10,13 +11,13 @@ gradients are all-reduced, or sharded by DeepSpeed ZeRO). This module does the r
 - `on_main_then_share()`: process 0 plans the run folder (creates or refuses it) and every process gets the
   same plan;
 - `save_adapter_once()`: the adapter is written once (under DeepSpeed ZeRO-3 the shards are gathered first, a
-  step every process takes part in); only process 0 evaluates and writes results (train.py);
+  step every process takes part in); only process 0 evaluates and writes results (helpers.run.pipeline);
 - `RankMarker`: with GRPO_KIT_RANK_MARKERS=<folder>, every process appends a line per optimizer step to
   <folder>/rank<N>.jsonl (rank, world size, step, a checksum of its trainable weights). The multi-process test
   reads these to check that both ranks trained and ended with the same weights.
 
-A plain `python -m helpers.train` is one process: every function here then behaves as before (no process group
-is started, process 0 does everything).
+One process (no launcher): every function here behaves as the course's run does (no process group is started,
+process 0 does everything).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from transformers import TrainerCallback
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 from helpers.messages import say
+from helpers.model import load_trl_vllm
 
 RANK_MARKERS_ENV = "GRPO_KIT_RANK_MARKERS"
 
@@ -52,6 +54,18 @@ class ProcessInfo:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    # what helpers.run.pipeline asks of a run's processes (helpers.run.extensions.OneProcess: the course's one)
+    def share(self, fn, cpu: bool | None = None):
+        return on_main_then_share(fn, self, cpu)
+
+    def save_adapter(self, trainer, model, tokenizer, path, save):
+        return save_adapter_once(trainer, model, tokenizer, path, save, self)
+
+    def model_to_evaluate(self, preset, model, adapter):
+        if self.distributed and zero3_active():  # the trained weights are sharded: a fresh copy with the saved adapter
+            model, _ = load_trl_vllm(preset, adapter_path=adapter)
+        return model
 
 
 def process_info(environ=None) -> ProcessInfo:
@@ -173,6 +187,7 @@ class RankMarker(TrainerCallback):
 
 
 def rank_marker_callbacks() -> list:
-    """[RankMarker()] when GRPO_KIT_RANK_MARKERS is set, else [] (what train.py adds to the trainer's callbacks)."""
+    """[RankMarker()] when GRPO_KIT_RANK_MARKERS is set, else [] (what lab.scale_out adds to the kit's callbacks)."""
     marker = RankMarker.from_env()
     return [marker] if marker is not None else []
+

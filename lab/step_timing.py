@@ -1,9 +1,13 @@
-"""Where a GRPO step's time goes, phase by phase, written into every metrics.jsonl row as time/* keys.
+"""Where a GRPO step's time goes, phase by phase, written into every metrics.jsonl row as time/* keys (the lab's).
 
-    trainer = GRPOTrainer(...)
+    extensions.use(StepTiming())         # helpers.run.extensions: every run of this process is timed
+    # or, on a trainer of your own:
     StepTimer().attach(trainer)          # before trainer.train()
-    ...
     summary["time"] = summarize_step_times(read_metrics(run_dir / "metrics.jsonl"))
+
+A course run records only TRL's own step_time; `python -m lab.scale_out` (helpers.train with the lab plugged in),
+lab/benchmark_memory.py and lab/benchmark_cpu.py time every phase. Standard library only: benchmark_cpu loads this
+file into the checkout it times, whatever that checkout's helpers hold.
 
 This module is the one home for "which TRL methods are a step's phases" (TRL 1.15.0, transformers 5.17.0):
 
@@ -29,6 +33,7 @@ phases would need a synchronize to be exact, so on a GPU read them as rough shar
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections import defaultdict
 
@@ -91,7 +96,7 @@ class StepTimer:
         if original is None:
             raise AttributeError(
                 f"{type(obj).__name__} has no method {name}: the installed TRL/transformers is not the version "
-                "helpers/run/step_timing.py was written for (trl 1.15.0, transformers 5.17.0). Fix: install the "
+                "lab/step_timing.py was written for (trl 1.15.0, transformers 5.17.0). Fix: install the "
                 "pinned versions from requirements-cpu.txt, or update TRAINER_PHASE_METHODS."
             )
         setattr(obj, name, functools.wraps(original)(make_wrapper(original)))
@@ -196,3 +201,19 @@ def summarize_step_times(rows: list[dict]) -> dict:
         "generation_tokens": tokens,
         "generation_tokens_per_s": round(tokens / gen_s, 1) if gen_s else None,
     }
+
+
+class StepTiming:
+    """The extension (helpers.run.extensions) that times every run: a StepTimer on the trainer after the kit's
+    patches (so it times the CPU versions), and summary.json's "time", the run's rows summed."""
+
+    def prepare_trainer(self, state, trainer):
+        if getattr(trainer, "_step_timer", None) is not None:  # lab/benchmark_cpu.py may have attached its own
+            return
+        try:
+            StepTimer().attach(trainer)
+        except AttributeError as err:  # a trainer (e.g. Unsloth's generated one) without TRL's phase methods
+            logging.getLogger("grpo_kit").info(f"step timing is off for this trainer: {err}")  # helpers.messages' logger
+
+    def summary(self, state, rows: list[dict]) -> dict:
+        return {"time": summarize_step_times(rows)}
