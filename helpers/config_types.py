@@ -55,8 +55,8 @@ def typed_value(name: str, value, hint, example=None):
     lists made tuples, paths expanded; anything else raises PresetError naming the field and the fix (with
     `example` as its "e.g.", when given)."""
     args = typing.get_args(hint)
-    if value is None and (hint is type(None) or type(None) in args):
-        return None
+    if type(None) in args and (value is None or isinstance(value, str) and value.strip().lower() == "none"):
+        return None  # a flag's or a notebook parameter's text 'none' too
     if type(None) in args:
         hint = next(a for a in args if a is not type(None))
     try:

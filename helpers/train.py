@@ -1,17 +1,12 @@
-"""The main job's command line: GRPO-train a preset, evaluate before and after, and write everything into a run
-folder.
+"""`python -m helpers.train`: GRPO-train a preset, evaluate before and after, and write it all into a run folder.
 
     python -m helpers.train --preset cpu --max-steps 30 --run-dir runs/demo
 
-Every field of helpers.config.Preset is a flag (`--help` lists them with the field's own help text), and so is
-every field of helpers.run.options.RunOptions. The run itself is helpers.run.pipeline's named steps, which notebook
-05 calls cell by cell. Writes metrics.jsonl (one line per step), reward_curve.png, samples.jsonl (before/after
-answers to the same questions), adapter/ (the LoRA adapter), config.json and summary.json.
-
-Every value is checked, the reward functions imported and tried on a sample group, and the run folder claimed (one
-process at a time; fresh, resumed or refused) before TRL is imported: a refusal comes in a second or two, not after
-the TRL import (seconds) or the model load. Ctrl-C, SIGTERM and SIGHUP (a scheduler, `timeout`, a closed terminal,
-Colab) stop the run alike: the resume line, the folder released, exit 130, 143 or 129.
+Its flags are the fields of helpers.config.Preset and helpers.run.options.RunOptions, parsed by TRL's TrlParser
+(helpers.cli) as TRL's scripts/grpo.py parses its dataclasses. Every value is checked, the reward functions tried
+and the run folder claimed before TRL is imported, so a refusal comes in a second or two; the run is then
+helpers.run.pipeline's named steps, those notebook 05 calls cell by cell. Ctrl-C, SIGTERM and SIGHUP stop it alike:
+the resume line, the folder released, exit 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -22,119 +17,84 @@ import os
 import signal
 import sys
 import threading
-import typing
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
 
 from helpers import runtime as rt
-from helpers.cli import KitArgumentParser, add_dataclass_flags, add_field_flag, given_fields
-from helpers.config import Preset, PresetError, get_preset, typed_fields
+from helpers.cli import add_fields, given_fields, make_parser
+from helpers.config import Preset, PresetError, get_preset
 from helpers.run import guard
 from helpers.run.folder import RunDirError, plan_folder
-from helpers.run.options import DASHBOARD_MODES, RunOptions
+from helpers.run.options import RunOptions
 from helpers.run.reward_specs import resolve_rewards, try_rewards
 
-EPILOG = ("Every flag also takes its underscore spelling (--max_steps). --config FILE reads a YAML file whose keys are "
-          "the field names (flags given here override it); --print-config shows what a command resolves to, in a "
-          "form --config reads back.")
+
+@dataclass
+class Command:
+    """The command's own flags, as TRL's scripts have ScriptArguments; --config FILE is TRL's parser's."""
+
+    preset: str = field(default="cpu", metadata={"metavar": "NAME", "help": "the recipe to start from: cpu (embedded "
+                        "model, any machine), t4 (Qwen2.5-1.5B on a GPU), or a multi-GPU one; the flags below change it"})
+    print_config: bool = field(default=False, metadata={
+        "help": "print the resolved preset and run options as JSON (a file --config reads) and exit"})
 
 
 def _resume_value(text: str) -> bool:
-    """--resume_from_checkpoint's value: TRL scripts take true/false or a checkpoint path; the kit resumes from the
-    latest complete checkpoint of the run folder, so only true/false map."""
-    if text.strip().lower() in ("true", "1", "yes"):
-        return True
-    if text.strip().lower() in ("false", "0", "no"):
-        return False
+    """--resume_from_checkpoint, TRL's name for --resume: true or false, not a path (the kit resumes the run
+    folder's latest complete checkpoint)."""
+    if text.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return text.strip().lower() in ("true", "1", "yes")
     raise argparse.ArgumentTypeError(
         f"{text!r}: the kit resumes the run in --run-dir from its latest complete checkpoint, not from a path. "
         "Fix: pass --run-dir <the run folder> (and --checkpoint-dir <the folder holding checkpoint-N/> if elsewhere)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI, generated from the Preset and RunOptions dataclasses: one flag per field."""
-    ap = KitArgumentParser(prog="python -m helpers.train", description=__doc__.split("\n\n")[0], epilog=EPILOG,
-                           usage="%(prog)s [--preset NAME] [--config FILE] [--print-config] [--FIELD VALUE ...]")
-    ap.add_argument("--preset", default="cpu", metavar="NAME",
-                    help="the recipe to start from: cpu (embedded model, any machine), t4 (Qwen2.5-1.5B on a GPU), "
-                         "or a multi-GPU one; the flags below change its fields")
-    ap.add_argument("--config", type=Path, metavar="FILE",
-                    help="YAML file of field names and values (preset, any flag below); flags given override it")
-    ap.add_argument("--print-config", action="store_true",
-                    help="print the resolved preset and run options as JSON (a file --config reads) and exit")
-    recipe = ap.add_argument_group("preset fields (what to train; in brackets: the cpu and t4 presets' values)")
-    add_dataclass_flags(recipe, Preset, default_is_preset=True, skip=("name",), prog=ap.prog)  # --preset names it
-    running = ap.add_argument_group("run options (how to run)")
-    hints = typing.get_type_hints(RunOptions)
-    for f in fields(RunOptions):
-        if f.name == "rewards":
-            running.add_argument("--reward", dest="rewards", action="append", default=None, metavar="MODULE:NAME",
-                                 help=f.metadata["help"])
-        elif f.name == "dashboard":
-            running.add_argument("--dashboard", choices=DASHBOARD_MODES, default=f.default, help=f.metadata["help"])
-        else:
-            add_field_flag(running, f, hints[f.name], default_is_preset=False, prog=ap.prog)
-    running.add_argument("--resume-from-checkpoint", dest="resume", nargs="?", const=True, type=_resume_value,
-                         metavar="true|false",
-                         help="TRL's name for --resume: alone or true = --resume, false = --no-resume (a path is "
-                              "refused: the kit resumes the run folder's latest complete checkpoint)")
+def build_parser():
+    ap = make_parser([Command], prog="python -m helpers.train", description=__doc__.split("\n\n")[0],
+                     usage="%(prog)s [--preset NAME] [--config FILE] [--print-config] [--FIELD VALUE ...]",
+                     epilog="Every flag also takes its underscore spelling (--max_steps).")
+    ap.add_argument("--config", metavar="FILE", help="YAML file of field names and values (preset, any flag below; "
+                    "`env:` sets environment variables, as in TRL's scripts); flags given override it")
+    add_fields(ap, "preset fields (what to train; in brackets: the cpu and t4 presets' values)", Preset)
+    add_fields(ap, "run options (how to run)", RunOptions)
+    ap._action_groups[-1].add_argument(
+        "--resume-from-checkpoint", "--resume_from_checkpoint", dest="resume", nargs="?", const=True,
+        type=_resume_value, help="TRL's name for --resume: alone or true = --resume, false = --no-resume")
     return ap
 
 
-def config_file_values(path: Path) -> dict:
-    """The fields a --config YAML file sets, typed; unknown keys and unreadable files raise PresetError."""
-    try:
-        values = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
-    except OSError as err:
-        raise PresetError(f"--config {path}: cannot be read ({err.strerror}). Fix: give the path of a YAML "
-                          "file, e.g. one written by --print-config") from None
-    except yaml.YAMLError as err:
-        raise PresetError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]}). Fix: write one "
-                          "`field: value` per line (python -m helpers.train --print-config shows them all)") from None
-    values = values or {}
-    if not isinstance(values, dict):
-        raise PresetError(f"--config {path}: holds a {type(values).__name__}, not field: value lines. Fix: write "
-                          "one `field: value` per line")
-    preset_fields = {f.name for f in fields(Preset)} - {"name"}
-    option_fields = {f.name for f in fields(RunOptions)}
-    unknown = sorted(set(values) - preset_fields - option_fields - {"preset"})
-    if unknown:
-        raise PresetError(f"--config {path}: unknown key(s) {', '.join(map(str, unknown))}. Fix: use field names: "
-                          f"preset, {', '.join(sorted(preset_fields | option_fields))}")
-    typed = typed_fields(Preset, {k: v for k, v in values.items() if k in preset_fields})
-    typed.update(typed_fields(RunOptions, {k: v for k, v in values.items() if k in option_fields}))
-    if "preset" in values:
-        typed["preset"] = str(values["preset"])
-    return typed
-
-
 def parse_args(argv=None) -> argparse.Namespace:
-    """The flags, over the --config file's values when one is given (flags override it)."""
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    if args.config is None:
-        return args
-    values = config_file_values(args.config)
-    file_rewards = values.pop("rewards", None)
-    ap.set_defaults(**values)
-    args = ap.parse_args(argv)
-    if args.rewards is None and file_rewards is not None:
-        args.rewards = list(file_rewards)  # --reward on the command line replaces the file's list
-    return args
+    """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are: the command's
+    own, the Preset fields given and every run option, in one namespace."""
+    argv = [part for arg in (sys.argv[1:] if argv is None else argv)
+            for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+    parser, path = build_parser(), argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
+    try:
+        command, *given, in_file, unknown = parser.parse_args_and_config(
+            argv, return_remaining_strings=True, separate_remaining_strings=True)
+    except (OSError, yaml.YAMLError, ValueError) as err:  # a file TRL's parser could not read as `key: value` lines
+        what = f"cannot be read ({err.strerror})" if isinstance(err, OSError) else \
+            f"is not YAML of `field: value` lines ({str(err).splitlines()[0]})"
+        raise PresetError(f"--config {path}: {what}. Fix: write one `field: value` per line (python -m helpers.train "
+                          "--print-config prints them all)") from None
+    if in_file:
+        raise PresetError(f"--config {path}: unknown key(s) {', '.join(k[2:] for k in in_file[::2])}. Fix: use the "
+                          f"flags' names: {', '.join(sorted({a.dest for a in parser._actions} - {'help', 'config'}))}")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    given = given[0] if given else argparse.Namespace()
+    return argparse.Namespace(**vars(command), **given_fields(given, Preset), **given_fields(given, RunOptions))
 
 
 def overrides_from(args) -> dict:
-    """The Preset fields given on the command line (the rest keep the preset's values)."""
-    return given_fields(args, Preset, skip=("name",))
+    """The Preset fields the command line (or its --config file) gave; the rest keep the preset's values."""
+    return {f.name: getattr(args, f.name) for f in fields(Preset) if hasattr(args, f.name)}
 
 
 def options_from(args) -> RunOptions:
-    """The RunOptions given on the command line."""
-    values = {f.name: getattr(args, f.name) for f in fields(RunOptions) if hasattr(args, f.name)}
-    values["rewards"] = tuple(values.get("rewards") or ())
-    return RunOptions(**values)
+    return RunOptions(**{f.name: getattr(args, f.name) for f in fields(RunOptions)})
 
 
 def resolved_config(preset: Preset, options: RunOptions) -> dict:
@@ -179,17 +139,9 @@ def _checked(argv):
         return _refuse(err)
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the program is, so it stops as Ctrl-C does (the resume line, the folder
-    released by the normal way out)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
 def _stop(signum, frame):
-    raise Stopped(signum)
+    """SIGTERM or SIGHUP: stop as Ctrl-C does, where the program is (the resume line, the folder released)."""
+    raise KeyboardInterrupt(signal.Signals(signum))
 
 
 def main(argv=None) -> int:
@@ -208,8 +160,8 @@ def main(argv=None) -> int:
             return _refuse(err)
         return 0 if summary.get("status", "finished") == "finished" else 1  # stopped (NaN, bad rewards): exit 1
     except KeyboardInterrupt as err:
-        signum = getattr(err, "signum", signal.SIGINT)
-        how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        signum = next((a for a in err.args if isinstance(a, signal.Signals)), signal.SIGINT)
+        how = "Ctrl-C" if signum == signal.SIGINT else signum.name  # stderr, as a command's refusals are
         print(f"\n[grpo-kit] stopped by {how}; run the same command again to continue this run", file=sys.stderr)
         return 128 + int(signum)
     finally:

@@ -106,10 +106,26 @@ def test_the_commands_own_flags(tmp_path):
     (["--push-to-hub"], "--push-to-hub: uploading to the Hugging Face Hub is notebook 06's last cell"),
     (["--hub-model-id", "me/x"], "--hub-model-id: the Hub repository is named in notebook 06's upload cell"),
     (["--resume-from-checkpoint", "runs/x/trainer/checkpoint-2"], "Fix: pass --run-dir"),
-    (["--max-steps", "many"], "--max-steps"),
-    (["--run-dir", ""], "an empty path"),
+    (["--dashboard", "loud"], "invalid choice: 'loud'"),
 ])
 def test_what_the_parser_refuses_it_says_where(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_:
         train.parse_args(argv)
     assert exit_.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--max-steps", "many"], "max_steps='many': is the text 'many', not a whole number. Fix: give a whole number"),
+    (["--run-dir", ""], "run_dir='': is the text '', not a folder path. Fix:"),
+    (["--keep", "all"], "keep='all': is the text 'all', not a whole number. Fix:"),
+    (["--backend", "gpu"], "backend='gpu': must be 'cpu', 'unsloth' or 'trl-vllm'. Fix:"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_the_field_and_the_fix(argv, said, capsys):
+    """The flags' text is typed as the fields are, by helpers.config_types (as a notebook's parameters are)."""
+    assert train.main([*argv, "--print-config"]) == 2 and said in capsys.readouterr().err
+
+
+def test_none_unsets_an_optional_field():
+    """`--gpu-memory-utilization none` was ignored before TRL's parser (the preset's 0.3 stayed)."""
+    assert _resolved("--preset", "t4", "--gpu-memory-utilization", "none")[0].gpu_memory_utilization is None
+    assert _resolved("--preset", "8xh100-qwen7b-lora", "--train-gpus=none")[0].train_gpus is None

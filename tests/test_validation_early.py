@@ -61,23 +61,30 @@ def sleeping_reward(completions, **kw):
 """
 
 
+# TRL's parser (trl.scripts.utils.TrlParser, helpers.cli) loads TRL's lazy package shell and nothing else of it
+TRL_PARSER = ("trl", "trl._compat", "trl.import_utils", "trl._lazy_module", "trl.scripts", "trl.scripts.utils",
+              "trl.scripts._hf_argparser")
+
+
 def test_beta_nan_is_refused_in_seconds_without_importing_trl(tmp_path):
-    """The command a user types: exit 2 with the field and the fix, no TRL or transformers import (-X importtime
-    lists every module imported), well under 10 s (the TRL import alone took 6-7 s)."""
+    """The command a user types: exit 2 with the field and the fix, before TRL's trainer, transformers or peft is
+    imported (-X importtime lists every module imported; of TRL only its parser), well under 10 s (the TRL import
+    alone took 6-7 s)."""
     start = time.perf_counter()
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "helpers.train", "--preset", "cpu", "--beta", "nan",
                         "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     seconds = time.perf_counter() - start
     assert r.returncode == 2 and "error: beta=nan: is not a finite number" in r.stderr and "Fix:" in r.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
-    assert imported and not {m for m in imported if m.split(".")[0] in ("trl", "transformers", "peft")}
+    assert imported and not {m for m in imported if m.split(".")[0] in ("trl", "transformers", "peft")} - {*TRL_PARSER}
+    assert set(TRL_PARSER) <= imported  # the parser is TRL's
     assert seconds < 10, f"{seconds:.1f} s"
     assert not (tmp_path / "run").exists()
 
 
 def test_every_early_refusal_imports_no_trl_and_creates_nothing(tmp_path):
     """In a fresh interpreter: main() for each case of REFUSED returns 2 with its message, sys.modules holds no trl,
-    transformers or peft afterwards, and no run folder was made."""
+    transformers or peft afterwards (TRL's parser leaves none: helpers.cli), and no run folder was made."""
     (tmp_path / "syntax_rewards.py").write_text("def brevity(prompts, completions, **kw)\n    return [0.0]\n")
     (tmp_path / "broken_rewards.py").write_text(BROKEN_REWARDS)
     script = textwrap.dedent(f"""
@@ -168,10 +175,10 @@ def test_a_yaml_config_file_with_flags_overriding_it(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("text,message", [
-    ("max_step: 3\n", "unknown key(s) max_step. Fix: use field names: preset, accelerate_config"),
+    ("max_step: 3\n", "unknown key(s) max_step. Fix: use the flags' names: accelerate_config, backend"),
     ("eval_size: ten\n", "eval_size='ten': is the text 'ten', not a whole number"),
-    ("max_steps: [3\n", "not valid YAML"),
-    ("- 3\n", "holds a list"),
+    ("max_steps: [3\n", "is not YAML of `field: value` lines (while parsing a flow sequence)"),
+    ("- 3\n", "is not YAML of `field: value` lines (Config file"),
 ])
 def test_a_bad_config_file_is_refused_with_the_fix(tmp_path, capsys, text, message):
     (tmp_path / "bad.yaml").write_text(text)
@@ -202,11 +209,17 @@ def test_memory_takes_a_number_of_gb_for_gpu(capsys):
     assert "positive number of GB" in capsys.readouterr().err
 
 
-def test_config_file_values_is_the_one_typed_reader(tmp_path):
-    (tmp_path / "c.yaml").write_text("keep: '3'\nsynthetic_levels: 1,2\n")
-    assert train.config_file_values(tmp_path / "c.yaml") == {"keep": 3, "synthetic_levels": (1, 2)}
-    with pytest.raises(PresetError, match="cannot be read"):
-        train.config_file_values(tmp_path / "missing.yaml")
+def test_a_config_files_values_are_typed_as_the_fields(tmp_path):
+    """TRL's parser sets a file's values as the flags' defaults as they are; the kit types them first (text and lists
+    become the field's type), and a missing file is refused with the fix."""
+    (tmp_path / "c.yaml").write_text("keep: '3'\nsynthetic_levels: 1,2\nlora_target_modules: [q_proj]\n")
+    args = train.parse_args(["--config", str(tmp_path / "c.yaml")])
+    assert (args.keep, args.synthetic_levels, args.lora_target_modules) == (3, (1, 2), ("q_proj",))
+    (tmp_path / "c.yaml").write_text("keep: many\n")
+    with pytest.raises(PresetError, match=r"^keep='many': is the text 'many', not a whole number\. Fix:"):
+        train.parse_args(["--config", str(tmp_path / "c.yaml")])
+    with pytest.raises(PresetError, match=r"missing.yaml: cannot be read \(No such file or directory\)\. Fix:"):
+        train.parse_args([f"--config={tmp_path / 'missing.yaml'}"])
 
 
 # ------------------------------------------------------------------ python -m helpers.evaluate (issue 46)
