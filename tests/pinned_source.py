@@ -415,3 +415,174 @@ def unknown_kwargs(keys, chain: list[Target]) -> dict[str, str]:
         if why and key not in signature(fn).names and key not in kwargs_consumed(fn):
             problems[key] = "; ".join(why)
     return problems
+
+
+# ------------------------------------------------------------------------------ version branches on another package
+
+_VERSION_CALLS = {"Version", "TrueVersion", "parse", "parse_version"}
+_COMPARE = {ast.Lt: "__lt__", ast.LtE: "__le__", ast.Gt: "__gt__", ast.GtE: "__ge__", ast.Eq: "__eq__",
+            ast.NotEq: "__ne__"}
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """One comparison of another package's version found in a pinned package's source.
+
+    ``operands`` is the comparison chain with the subject (the other package's version) as None and each bound as
+    its version string, or the whole operand's text where a bound could not be resolved to a constant."""
+
+    relpath: str
+    line: int
+    function: str  # enclosing function (``Class.method``) or ``<module>``
+    text: str
+    operands: tuple[str | None, ...]
+    ops: tuple[str, ...]
+    at_least: tuple[int, int] | None = None  # a ``helper(major, minor)`` check instead of a comparison
+
+    @property
+    def key(self) -> str:
+        """Stable across line moves: file, function and the comparison as written."""
+        return f"{self.relpath}::{self.function}: {self.text}"
+
+    @property
+    def resolved(self) -> bool:
+        return self.at_least is not None or all(o is None or _is_version(o) for o in self.operands)
+
+    def holds(self, version: str) -> bool | None:
+        """Whether the comparison is true when the subject is ``version``; None where a bound is not a constant."""
+        from packaging.version import Version
+
+        v = Version(version)
+        if self.at_least is not None:
+            return (v.major, v.minor) >= self.at_least
+        if not self.resolved:
+            return None
+        values = [v if o is None else Version(o) for o in self.operands]
+        return all(getattr(values[i], op)(values[i + 1]) for i, op in enumerate(self.ops))
+
+
+def _is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _string_constants(body) -> dict[str, str]:
+    """name -> string for ``NAME = "..."`` statements directly in body."""
+    out = {}
+    for node in body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node.value.value
+    return out
+
+
+def _assigned_values(fn: ast.AST) -> dict[str, list[ast.AST]]:
+    """name -> every value assigned to it anywhere inside fn (nested blocks included)."""
+    out: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(node.value)
+    return out
+
+
+def version_checks(root: Path, subject: str, helpers: tuple[str, ...] = ()) -> list[VersionCheck]:
+    """Every comparison of ``subject``'s version (e.g. "vllm") in the ``*.py`` files under root.
+
+    Found: ``Version(X) < Version("0.11.0")`` and chains of them (``Version``/``TrueVersion``/``parse``), where X
+    mentions the subject by name (``vllm_version``, ``vllm.__version__``, ``importlib_version("vllm")``) or is a
+    local name assigned from such an expression; a bound may be a literal or a string constant of the function or
+    module. ``helpers`` names functions called as ``helper(major, minor)`` meaning "subject >= major.minor"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if subject not in text.lower():
+            continue
+        tree = _parse_file(path, path.stat().st_mtime)
+        if tree is None:
+            continue
+        rel = str(path.relative_to(root))
+        module_consts = _string_constants(tree.body)
+        scopes: list[tuple[str, ast.AST]] = [("<module>", tree)]
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes.append((node.name, node))
+            elif isinstance(node, ast.ClassDef):
+                scopes += [(f"{node.name}.{m.name}", m) for m in node.body
+                           if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        owner: dict[int, tuple[str, ast.AST]] = {}
+        for name, scope in scopes:  # functions after <module>, so the innermost listed scope wins
+            for node in ast.walk(scope):
+                owner[id(node)] = (name, scope)
+        scope_names: dict[int, tuple[dict, dict]] = {}  # id(scope) -> (assigned values, string constants)
+        for node in ast.walk(tree):
+            name, scope = owner.get(id(node), ("<module>", tree))
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in helpers
+                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args)):
+                found.append(VersionCheck(rel, node.lineno, name, ast.unparse(node), (), (),
+                                          (node.args[0].value, node.args[1].value)))
+                continue
+            if not isinstance(node, ast.Compare) or not all(type(op) in _COMPARE for op in node.ops):
+                continue
+            if id(scope) not in scope_names:
+                scope_names[id(scope)] = ((_assigned_values(scope), {**module_consts, **_string_constants(ast.walk(scope))})
+                                          if scope is not tree else ({}, module_consts))
+            local, consts = scope_names[id(scope)]
+            operands, is_subject, has_bound = [], False, False
+            for operand in [node.left, *node.comparators]:
+                kind, value = _classify_operand(operand, subject, local, consts)
+                is_subject |= kind == "subject"
+                has_bound |= kind == "bound"
+                operands.append(None if kind == "subject" else value)
+            if is_subject and (has_bound or not all(o is None for o in operands)) and any(
+                    isinstance(o, ast.Call) and _call_name(o) in _VERSION_CALLS
+                    for o in [node.left, *node.comparators]):
+                found.append(VersionCheck(rel, node.lineno, name, ast.unparse(node), tuple(operands),
+                                          tuple(_COMPARE[type(op)] for op in node.ops)))
+    return found
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _mentions(node: ast.AST, subject: str, local: dict[str, list[ast.AST]], depth: int = 0) -> bool:
+    if subject in ast.unparse(node).lower():
+        return True
+    if depth < 2 and isinstance(node, ast.Name):
+        return any(_mentions(v, subject, local, depth + 1) for v in local.get(node.id, []))
+    return False
+
+
+def _classify_operand(node, subject, local, consts) -> tuple[str, str | None]:
+    """("subject", None) | ("bound", "0.11.0") | ("other", text)."""
+    inner = node.args[0] if (isinstance(node, ast.Call) and _call_name(node) in _VERSION_CALLS
+                             and len(node.args) == 1) else node
+    if isinstance(inner, ast.Constant) and isinstance(inner.value, str):
+        return "bound", inner.value
+    if isinstance(inner, ast.Name) and _is_version(consts.get(inner.id, "")):
+        return "bound", consts[inner.id]  # a named bound (VLLM_PDL_FIX_VERSION = "0.15.0") before its name's text
+    if _mentions(inner, subject, local):
+        return "subject", None
+    return "other", ast.unparse(node)
+
+
+def pinned_functions(name: str, relpath: str, functions: set[str], namespace: dict) -> dict:
+    """Run the pinned source's own module-level ``def``s of ``functions`` into namespace (which supplies what they
+    read: modules, stubs) and return it: the pinned arithmetic itself, without importing its package."""
+    tree = parse(name, relpath)
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    missing = functions - {d.name for d in defs}
+    if missing:
+        raise PinnedSourceError(f"{name}=={pinned_version(name)} {relpath} has no module-level {sorted(missing)}")
+    exec(compile(ast.Module(body=defs, type_ignores=[]), f"{name}/{relpath}", "exec"), namespace)  # noqa: S102
+    return namespace
