@@ -313,8 +313,8 @@ def test_unsloths_estimate_run_here_is_what_it_logged_on_the_gpu(t4_settings):
 
 
 def test_unsloth_keeps_the_t4_presets_sequences_at_its_reservation(t4_settings):
-    """Unsloth sizes vLLM from its own estimate, not vLLM's: it subtracts its weight, LoRA, activation and CUDA graph
-    figures from utilization x free memory, and where that leaves no KV cache it cuts max_model_len to 256
+    """Unsloth sizes vLLM from its own estimate, not vLLM's: it subtracts its weight, LoRA and CUDA graph figures
+    from utilization x free memory, and where that leaves no KV cache it cuts max_model_len to 256
     (_fit_max_seq_length_to_kv_cache), so vLLM refuses every longer prompt. With the record's free memory at load
     that happens below a utilization of about 0.10 for this model (docs/gpu-stack.md). The t4 preset
     (helpers/config.py: gpu_memory_utilization, max_seq_length) must stay above it: Unsloth keeps room for one
