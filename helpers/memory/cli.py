@@ -17,7 +17,7 @@ import math
 import sys
 from dataclasses import replace
 
-from helpers.cli import KitArgumentParser, add_dataclass_flags, given_fields
+from helpers.cli import add_fields, given_fields, make_parser
 from helpers.config import PRESETS, Preset, PresetError, get_preset
 from helpers.memory.architectures import GPUS, MODELS, MemoryModelError
 from helpers.memory.estimate import (
@@ -74,16 +74,13 @@ class _RenamedFlag(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = KitArgumentParser(prog="python -m helpers.memory",
-                           description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
+    ap = make_parser(prog="python -m helpers.memory",
+                     description="Predict GRPO's GPU memory before training (GB = GiB, as PyTorch reports).")
     ap.add_argument("--preset", default="t4", help=f"the recipe to start from, one of {', '.join(PRESETS)} (default "
                                                    "t4); the flags below change its fields")
-    recipe = ap.add_argument_group("preset fields (the flags of python -m helpers.train; in brackets: the cpu and t4 "
-                                   "presets' values)",
-                                   f"--model-name: a hub id, one of {', '.join(MODELS)}, or a config.json path. "
-                                   "--lora-rank 0: full fine-tuning (with --no-load-in-4bit).")
-    add_dataclass_flags(recipe, Preset, default_is_preset=True, only=PRESET_FIELDS_READ + CHECKED_PRESET_FIELDS,
-                        prog=ap.prog)
+    add_fields(ap, "preset fields (the flags of python -m helpers.train; in brackets: the cpu and t4 presets' values)",
+               Preset, only=PRESET_FIELDS_READ + CHECKED_PRESET_FIELDS, description=f"--model-name: a hub id, one of "
+               f"{', '.join(MODELS)}, or a config.json path. --lora-rank 0: full fine-tuning (with --no-load-in-4bit).")
     own = ap.add_argument_group("the memory model's own settings")
     own.add_argument("--load-dtype", choices=LOAD_DTYPES,
                      help="how the base weights are loaded (default: the preset's: cpu 32bit, load_in_4bit 4bit, "
@@ -105,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> MemorySettings:
     """The preset with the Preset fields given on the command line, then the memory model's own settings."""
-    if args.load_dtype is not None and args.load_in_4bit is not None and (args.load_dtype == "4bit") != args.load_in_4bit:
-        raise MemoryModelError(f"--load-dtype {args.load_dtype} contradicts --{'' if args.load_in_4bit else 'no-'}"
+    four_bit = getattr(args, "load_in_4bit", None)  # a Preset flag: absent when not given
+    if args.load_dtype is not None and four_bit is not None and (args.load_dtype == "4bit") != four_bit:
+        raise MemoryModelError(f"--load-dtype {args.load_dtype} contradicts --{'' if four_bit else 'no-'}"
                                "load-in-4bit. Fix: give one of the two.")
     try:
         preset = get_preset(args.preset).with_overrides(**given_fields(args, Preset))
