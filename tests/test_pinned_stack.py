@@ -1,11 +1,12 @@
 """What the kit's T4 path relies on in the pinned vLLM 0.19.1 and unsloth_zoo 2026.10.9, read from their own source.
 
-Nothing is installed or imported: tests/pinned_source.py downloads the pinned artifacts once (the vllm sdist, the
-unsloth / unsloth_zoo wheels) into ~/.cache/grpo-kit/pinned-source/ and these tests read them with `ast`. Each test
-asserts one fact the kit's code or docs rely on and names that place, so a new pin that behaves differently fails
-here before a T4 finds out. The first vLLM record (results/gpu/2026-11-27-h100-as-t4-vllm.json) ran another vLLM
-(its versions.vllm, 0.25.1); where the tests compare the two, docs/gpu-stack.md ("The record's stack against the
-pinned stack") says what the difference means. A failed download fails the test with the URL; nothing is skipped.
+Nothing is installed and neither unsloth nor vllm is imported: tests/pinned_source.py downloads the pinned artifacts
+once (the vllm sdist, the unsloth / unsloth_zoo wheels) into ~/.cache/grpo-kit/pinned-source/, these tests read them
+with `ast`, and a few of unsloth_zoo's own arithmetic functions are run from that source. Each test asserts one fact
+the kit's code or docs rely on and names that place, so a new pin that behaves differently fails here before a T4
+finds out. The first vLLM record (results/gpu/2026-11-27-h100-as-t4-vllm.json) ran another vLLM (its versions.vllm,
+0.25.1); where the tests compare the two, docs/gpu-stack.md ("The first vLLM record's stack against the pinned
+stack") says what the difference means. A failed download fails the test with the URL; nothing is skipped.
 """
 
 from __future__ import annotations
