@@ -19,12 +19,16 @@ from pathlib import Path
 from helpers.config import PRESETS, Preset, typed_fields
 from helpers.run.options import DASHBOARD_MODES
 
-ALIASES = {"per_device_train_batch_size": ["--batch-size"], "run_dir": ["--output-dir"],  # TRL's output_dir
-           "keep": ["--save-total-limit"], "rewards": ["--reward"]}  # transformers' save_total_limit; --reward M:F
-ELSEWHERE = {  # TRL flags the kit does elsewhere: "unrecognized arguments" says where
+ALIASES = {"per_device_train_batch_size": ["--batch-size"], "rewards": ["--reward"],  # --reward M:F, repeated
+           # TRL's and transformers' names: output_dir, save_total_limit, resume_from_checkpoint
+           "run_dir": ["--output-dir"], "keep": ["--save-total-limit"], "resume": ["--resume-from-checkpoint"]}
+ELSEWHERE = {  # what a refusal of these TRL flags adds: where the kit does what they ask
     "--push-to-hub": "uploading to the Hugging Face Hub is notebook 06's last cell (helpers.sharing.push_folder: "
                      "the adapter, private, with your token from Colab secrets or $HF_TOKEN), after the run",
-    "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run"}
+    "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run",
+    "--resume-from-checkpoint": "true or false, not a path: the kit resumes the run in --run-dir from its latest "
+    "complete checkpoint. Fix: pass --run-dir <the run folder> (and --checkpoint-dir <the folder holding "
+    "checkpoint-N/> if elsewhere)"}
 
 
 @functools.cache
@@ -113,8 +117,7 @@ def make_parser(dataclass_types=(), **kwargs):
 
     class KitParser(_trl_parser()):
         def error(self, message):
-            given = {word.split("=")[0] for word in message.split()}
-            super().error("; ".join([message, *(f"{f}: {where}" for f, where in ELSEWHERE.items() if f in given)]))
+            super().error("; ".join([message, *(f"{f}: {where}" for f, where in ELSEWHERE.items() if f in message)]))
 
     return KitParser(list(dataclass_types), formatter_class=_Help, **kwargs)
 

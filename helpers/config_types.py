@@ -17,10 +17,6 @@ class PresetError(ValueError):
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
-def _kind_of(value) -> str:
-    return f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
-
-
 def _is_choice(kind) -> bool:
     """An enum field (Preset.backend): one of a fixed set of names."""
     return isinstance(kind, type) and issubclass(kind, enum.Enum)
@@ -28,26 +24,26 @@ def _is_choice(kind) -> bool:
 
 def _parsed(kind, value):
     """value as `kind` (bool, int, float, str, Path, an enum), text parsed; raise ValueError when it is not one."""
+    text = value.strip() if isinstance(value, str) else None
     if _is_choice(kind):
-        return kind(value.strip() if isinstance(value, str) else value)  # a member, or its name as text
-    if kind is bool and isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    if kind is Path and isinstance(value, (str, Path)):
-        if not str(value).strip():
-            raise ValueError(value)  # Path("") is the current folder: an unset variable, not a choice
-        return Path(value).expanduser()
-    if kind in (int, float) and isinstance(value, str):
-        return kind(value.strip())
-    ok = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}[kind]
-    if not isinstance(value, ok) or (kind is not bool and isinstance(value, bool)):
+        return kind(value if text is None else text)  # a member, or its name as text
+    if kind is bool and text is not None and text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    if kind is Path:  # not "": Path("") is the current folder (an unset variable, not a choice)
+        if isinstance(value, (str, Path)) and str(value).strip():
+            return Path(value).expanduser()
+        raise ValueError(value)
+    if kind in (int, float) and text is not None:
+        return kind(text)
+    if not isinstance(value, {bool: bool, int: int, float: (int, float), str: str}[kind]) or \
+            (kind is not bool and isinstance(value, bool)):
         raise ValueError(value)
     return value
 
 
 def _example_of(cls, name: str):
     """The "e.g." of a refusal: cls.field_example(name) where the class has one (Preset: a preset's own value)."""
-    example = getattr(cls, "field_example", None)
-    return example(name) if example is not None else None
+    return getattr(cls, "field_example", lambda name: None)(name)
 
 
 def typed_value(name: str, value, hint, example=None):
@@ -69,29 +65,25 @@ def typed_value(name: str, value, hint, example=None):
                          if not (isinstance(x, str) and not x.strip()))
         return _parsed(hint, value)
     except ValueError:
-        raise (_choice_error if _is_choice(hint) else _type_error)(name, value, hint, example) from None
+        raise _type_error(name, value, hint, example) from None
 
 
 def _type_error(name: str, value, hint, example=None) -> PresetError:
-    """The refusal of a value of the wrong type; `.field` and `.example` let the notebook's setup cell add the
-    parameter a student typed (helpers.notebook_setup.prepare)."""
-    kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
-        {bool: "True or False", int: "a whole number", float: "a number", str: "text",
-         Path: "a folder path"}.get(hint, str(hint))
-    fix = f"give {kind}" + (f", e.g. {name}={example!r}" if example is not None else "")
-    err = PresetError(f"{name}={value!r}: is {_kind_of(value)}, not {kind}. Fix: {fix}.")
+    """The refusal of a value of the wrong type, or of a name an enum field does not have (listing the valid ones);
+    `.field` and `.example` let the notebook's setup cell add the parameter a student typed (notebook_setup.prepare)."""
+    if _is_choice(hint):
+        names, example = [repr(member.value) for member in hint], getattr(example, "value", example)
+        count = {2: "two", 3: "three", 4: "four"}.get(len(names), len(names))
+        err = PresetError(f"{name}={value!r}: must be {', '.join(names[:-1])} or {names[-1]}. Fix: pick one of the "
+                          f"{count}.")
+    else:
+        kinds = {bool: "True or False", int: "a whole number", float: "a number", str: "text", Path: "a folder path"}
+        kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
+            kinds.get(hint, hint)
+        given = f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
+        err = PresetError(f"{name}={value!r}: is {given}, not {kind}. Fix: give {kind}" +
+                          (f", e.g. {name}={example!r}." if example is not None else "."))
     err.field, err.example = name, example
-    return err
-
-
-def _choice_error(name: str, value, hint, example=None) -> PresetError:
-    """The refusal of a name an enum field does not have, listing the valid ones ("backend='x': must be 'cpu',
-    'unsloth' or 'trl-vllm'. Fix: pick one of the three.")."""
-    names = [repr(member.value) for member in hint]
-    choices = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
-    count = {2: "two", 3: "three", 4: "four"}.get(len(names), str(len(names)))
-    err = PresetError(f"{name}={value!r}: must be {choices}. Fix: pick one of the {count}.")
-    err.field, err.example = name, example.value if isinstance(example, enum.Enum) else example
     return err
 
 

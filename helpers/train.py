@@ -35,20 +35,10 @@ from helpers.run.reward_specs import resolve_rewards, try_rewards
 class Command:
     """The command's own flags, as TRL's scripts have ScriptArguments; --config FILE is TRL's parser's."""
 
-    preset: str = field(default="cpu", metadata={"metavar": "NAME", "help": "the recipe to start from: cpu (embedded "
-                        "model, any machine), t4 (Qwen2.5-1.5B on a GPU), or a multi-GPU one; the flags below change it"})
+    preset: str = field(default="cpu", metadata={"metavar": "NAME", "help": "the recipe to start from: cpu "
+                        "(embedded model, any machine), t4 (a GPU), or a multi-GPU one; the flags below change it"})
     print_config: bool = field(default=False, metadata={
         "help": "print the resolved preset and run options as JSON (a file --config reads) and exit"})
-
-
-def _resume_value(text: str) -> bool:
-    """--resume_from_checkpoint, TRL's name for --resume: true or false, not a path (the kit resumes the run
-    folder's latest complete checkpoint)."""
-    if text.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-        return text.strip().lower() in ("true", "1", "yes")
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: the kit resumes the run in --run-dir from its latest complete checkpoint, not from a path. "
-        "Fix: pass --run-dir <the run folder> (and --checkpoint-dir <the folder holding checkpoint-N/> if elsewhere)")
 
 
 def build_parser():
@@ -59,9 +49,6 @@ def build_parser():
                     "`env:` sets environment variables, as in TRL's scripts); flags given override it")
     add_fields(ap, "preset fields (what to train; in brackets: the cpu and t4 presets' values)", Preset)
     add_fields(ap, "run options (how to run)", RunOptions)
-    ap._action_groups[-1].add_argument(
-        "--resume-from-checkpoint", "--resume_from_checkpoint", dest="resume", nargs="?", const=True,
-        type=_resume_value, help="TRL's name for --resume: alone or true = --resume, false = --no-resume")
     return ap
 
 
