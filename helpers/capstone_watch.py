@@ -25,6 +25,7 @@ HELPERS = KIT / "helpers"
 REPORT = "capstone_report.json"
 KIT_USE = "capstone_kit_use.jsonl"  # the kit's pipeline used, one line each, as it happens
 TRAINED = "capstone_trained_lora_b.safetensors"  # the LoRA B matrices when train() ended
+CASES = "capstone_reward_cases.json"  # lesson 04's labelled completions, written by the checker for _probe
 # What a capstone script may import from the kit: the data, the answer format, the embedded model's folder, the
 # CPU stand-in for TRL's Triton kernel. The rest is the pipeline the student is asked to write.
 ALLOWED = ("helpers", "helpers.data", "helpers.prompts", "helpers.model", "helpers.run.trl_patches",
@@ -253,9 +254,12 @@ class _Recorder:
                           reward_funcs=[_origin(f) for f in getattr(trainer, "reward_funcs", None) or []],
                           config={k: getattr(trainer.args, k, None) for k in _CONFIG_FIELDS})
             self.attach(trainer, record)
+            _record_batches(trainer, record)
+            record["questions"] = _questions(getattr(trainer, "train_dataset", None))
             self.note("trainer.train() started")
             result = train(trainer, *args, **kwargs)
             self.note(f"trainer.train() returned at step {getattr(getattr(trainer, 'state', None), 'global_step', 0)}")
+            record["probe"] = _probe(trainer, self.folder)
             return result
 
         trainer_cls.__init__, trainer_cls.train = recorded_init, recorded_train
@@ -316,7 +320,105 @@ class _Recorder:
 
 
 _CONFIG_FIELDS = ("max_steps", "gradient_accumulation_steps", "steps_per_generation", "num_iterations",
-                  "logging_steps")
+                  "logging_steps", "num_generations", "scale_rewards", "loss_type", "beta")
+MAX_QUESTIONS = 50_000  # the training questions noted for the held-out check (a larger dataset: its first rows)
+
+
+def _jsonable(value):
+    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+
+
+def _record_batches(trainer, record: dict) -> None:
+    """Note each batch TRL scores (GRPOTrainer._calculate_rewards: prompts, completions, their token ids, the other
+    columns and each reward function's scores), for the checker to measure the saved adapter against."""
+    calculate = getattr(trainer, "_calculate_rewards", None)
+    record["batches"] = []
+    weights = getattr(trainer, "reward_weights", None)
+    record["reward_weights"] = [] if weights is None else [float(w) for w in weights]
+    if calculate is None:
+        return
+
+    @functools.wraps(calculate)
+    def recorded(inputs, prompts, completions, completion_ids_list, *args, **kwargs):
+        scores = calculate(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
+        keys = [k for k in (inputs[0] if inputs else {}) if k not in ("prompt", "completion", "completion_ids")]
+        record["batches"].append({
+            "prompts": prompts, "completions": completions,
+            "completion_ids": [[int(i) for i in ids] for ids in completion_ids_list],
+            "columns": {k: [_jsonable(row[k]) for row in inputs] for k in keys},
+            "rewards": scores.detach().float().cpu().tolist()})
+        return scores
+
+    trainer._calculate_rewards = recorded
+
+
+def question_of(row) -> str | None:
+    """The question a dataset row asks: its `question` column, else its prompt's last user message (or the
+    prompt itself when it is text)."""
+    if isinstance(row.get("question"), str):
+        return row["question"]
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else None
+
+
+def _questions(dataset) -> list[str]:
+    try:
+        rows = (dataset[i] for i in range(min(len(dataset), MAX_QUESTIONS)))
+        return [q for q in map(question_of, rows) if q]
+    except Exception:  # noqa: BLE001 - an iterable dataset or an odd row: the checker then has no questions to judge
+        return []
+
+
+def reward_cases() -> list[dict]:
+    """Pairs of lesson 04's completions ({"label", "text", "gold", "right", "pair"}): each one the kit's correctness
+    reward scores right (the truth in 04, helpers.teaching.exercises.nb04), and its twin, the same text with the
+    numbers of its last <answer> block changed to a wrong one. Same layout, same length: only the answer differs, so
+    only a reward that reads the answer tells a pair apart (every right completion has tags, so comparing 04's right
+    ones with its wrong ones would also reward a format-only reward)."""
+    from helpers.rewards import correctness_reward
+    from helpers.teaching.exercises.nb04 import reward_cases as cases_04
+
+    texts = {(c[0]["content"] if isinstance(c, list) else c, gold): label for label, c, gold, _ in cases_04()[::-1]}
+    rows = [{"label": label, "text": text, "gold": gold} for (text, gold), label in texts.items()
+            if isinstance(text, str) and "<answer>" in text]
+    for r in rows:
+        head, tail = r["text"].rsplit("<answer>", 1)
+        wrong = str(int(float(r["gold"])) + 1)
+        r["twin"] = head + "<answer>" + re.sub(r"\d[\d,.]*", wrong, tail.split("</answer>")[0]) + tail[
+            len(tail.split("</answer>")[0]):]
+    right = correctness_reward(completions=[r["text"] for r in rows], answer=[r["gold"] for r in rows])
+    twins = correctness_reward(completions=[r["twin"] for r in rows], answer=[r["gold"] for r in rows])
+    pairs = [r for r, a, b in zip(rows, right, twins) if a > 0 and b == 0]
+    return [{"label": r["label"] if ok else f"{r['label']}, its answer changed", "text": r["text" if ok else "twin"],
+             "gold": r["gold"], "right": ok, "pair": k} for k, r in enumerate(pairs) for ok in (True, False)]
+
+
+def _probe(trainer, folder: Path) -> dict:
+    """The student's reward functions on the completions helpers.capstone wrote into CASES (lesson 04's labelled
+    ones), each called twice (the same completions must get the same scores), in the format TRL gave them (chat or
+    text), with the dataset's other columns and each case's gold answer as `answer`."""
+    try:
+        cases = json.loads((folder / CASES).read_text())
+        row = dict(trainer.train_dataset[0])
+        chat = not isinstance(row.get("prompt"), str)
+        completions = [[{"role": "assistant", "content": c["text"]}] if chat else c["text"] for c in cases]
+        columns = {k: [v] * len(cases) for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
+        columns["answer"] = [c["gold"] for c in cases]
+        prompts = [row.get("prompt")] * len(cases)
+        scores = {}
+        for func in getattr(trainer, "reward_funcs", None) or []:
+            name = _origin(func)["name"]
+            extra = {"completion_ids": [[] for _ in cases], "trainer_state": getattr(trainer, "state", None),
+                     "log_extra": lambda *a, **k: None, "log_metric": lambda *a, **k: None}
+            scores[name] = [[None if s is None else float(s) for s in func(
+                prompts=prompts, completions=completions, **extra, **columns)] for _ in range(2)]
+        return {"scores": scores}
+    except Exception as err:  # noqa: BLE001 - the student's reward failed on 04's completions: the checker says so
+        return {"error": f"{type(err).__name__}: {err}",
+                "traceback": "".join(traceback.format_exception(err))[-2000:]}
 
 
 def _lora_key(name: str) -> str:
@@ -331,7 +433,7 @@ def _lora_b(model) -> dict:
 
     found = {}
     for name, p in getattr(model, "named_parameters", lambda: [])():
-        if ".lora_B." in name:
+        if ".lora_B." in name and getattr(p, "requires_grad", True):  # not TRL's frozen `ref` copy (beta != 0)
             value = p.detach().float().cpu().numpy() if hasattr(p, "detach") else p
             found[_lora_key(name)] = np.array(value, dtype=np.float32, copy=True)
     return found

@@ -68,6 +68,13 @@ from safetensors.numpy import save_file
 from transformers.trainer import Trainer
 
 
+# a group of two: one right answer, one without an answer; the rows it comes from
+SAMPLED = [[{"role": "assistant", "content": "<reasoning>\\n3 * 4\\n</reasoning>\\n<answer>\\n12\\n</answer>"}],
+           [{"role": "assistant", "content": "a"}]]
+ROWS = [{"prompt": [{"role": "user", "content": "Ana has 3 bags with 4 apples in each bag. How many apples does Ana "
+                                                "have?"}], "answer": "12"}]
+
+
 class GRPOConfig:
     def __init__(self, max_steps=1, logging_steps=1, num_iterations=1, learning_rate=0.1, **kwargs):
         self.max_steps, self.logging_steps, self.num_iterations = max_steps, logging_steps, num_iterations
@@ -92,9 +99,9 @@ class LoraModel:
 
 
 class GRPOTrainer(Trainer):
-    def __init__(self, model=None, reward_funcs=(), args=None, **kwargs):
+    def __init__(self, model=None, reward_funcs=(), args=None, train_dataset=None, **kwargs):
         super().__init__(model=model, args=args)
-        self.reward_funcs = list(reward_funcs)
+        self.reward_funcs, self.train_dataset = list(reward_funcs), train_dataset or ROWS
 
     def _inner_training_loop(self):
         self.state.max_steps, metrics = self.args.max_steps, []
@@ -102,7 +109,7 @@ class GRPOTrainer(Trainer):
         for step in range(1, self.args.max_steps + 1):
             self.state.global_step = step
             if (step - 1) % self.args.num_iterations == 0:  # sample a group of 2, score it
-                totals = np.sum([f(prompts=["q"] * 2, completions=[[{"role": "assistant", "content": "a"}]] * 2)
+                totals = np.sum([f(prompts=["q"] * 2, completions=SAMPLED, answer=["12"] * 2)
                                  for f in self.reward_funcs], axis=0)
                 metrics.append(0.25 * step)
             # no spread in the group, no advantage, no gradient: the adapter moves only when the scores differ
@@ -127,8 +134,8 @@ GOOD = CONTRACT + '''
 from trl import GRPOConfig, GRPOTrainer, LoraModel
 
 
-def my_reward(prompts, completions, **kwargs):
-    return [float(i % 2) for i, _ in enumerate(completions)]
+def my_reward(prompts, completions, answer, **kwargs):
+    return [2.0 if c[0]["content"].strip().endswith(f"{a}\\n</answer>") else 0.0 for c, a in zip(completions, answer)]
 
 
 model = LoraModel()
@@ -136,6 +143,8 @@ trainer = GRPOTrainer(model=model, reward_funcs=[my_reward], args=GRPOConfig(max
 trainer.train()
 model.save_pretrained(f"{args.output_dir}/adapter")
 '''
+
+REWARD_LINE = GOOD.splitlines()[GOOD.splitlines().index("def my_reward(prompts, completions, answer, **kwargs):") + 1]
 
 
 @pytest.fixture
@@ -148,6 +157,11 @@ def fake_trl(tmp_path, monkeypatch):
     (site / "trl").mkdir()
     (site / "trl" / "__init__.py").write_text(FAKE_TRL)
     monkeypatch.setenv("PYTHONPATH", str(site))
+    # No real model trains here, so nothing moves a real adapter: what the checker measures on the saved adapter
+    # (helpers.capstone._judge_learning) is judged on TRL's real runs (test_student_scripts_get_the_right_verdict),
+    # and stood in for here by a measurement that says it was reached (details["stand_in"]).
+    monkeypatch.setattr(capstone, "_judge_learning", lambda t, out, weights: {"direction": 1.0, "agreement": 1.0,
+                                                                              "stand_in": True})
     return site
 
 
@@ -175,10 +189,11 @@ def _not_yet(result, *phrases):
 def test_a_script_that_trains_a_grpo_trainer_passes(tmp_path, fake_trl, capsys):
     result = capstone.check(_script(tmp_path, GOOD))
     assert result.passed and repr(result).startswith("Passed: "), repr(result)
-    assert repr(result).startswith("Passed: TRL's GRPOTrainer trained 2 steps in your trainer.train() (counted by "
-                                            "the checker's callback)") and "my_reward" in repr(result)
-    assert "the 2 steps that sampled: 0.250, 0.500" in repr(result) and "the saved adapter is those trained weights" in repr(result)
+    assert repr(result).startswith("Passed: TRL's GRPOTrainer trained 2 steps in your trainer.train() with your "
+                                   "rewards (my_reward;") and "the adapter you saved learned from them" in repr(result)
+    assert "the 2 steps that sampled: 0.250, 0.500" in repr(result)
     assert result.details["lora_b_changed"] == result.details["lora_b_tensors"] == 1
+    assert result.details["stand_in"]  # the adapter's measurement was reached (a stand-in here: no real model)
     capsys.readouterr()
     assert capstone.main([str(tmp_path / "train_grpo.py"), "--timeout", "60"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -188,7 +203,8 @@ def test_a_script_that_trains_a_grpo_trainer_passes(tmp_path, fake_trl, capsys):
     assert out[1] == RIGHTS
     assert any(re.fullmatch(r"\[grpo-kit\] capstone: built GRPOTrainer \(\d+ s\)", line) for line in out)
     assert any(line.startswith("[grpo-kit] capstone: trainer.train() returned at step 2 (") for line in out)
-    assert re.fullmatch(r"\[grpo-kit\] capstone: the script ended after \d+ s \(exit 0\); judging what it did", out[-2])
+    assert re.fullmatch(r"\[grpo-kit\] capstone: the script ended after \d+ s \(exit 0\); judging what it did", out[-3])
+    assert out[-2] == "[grpo-kit] capstone: the script's run is over; measuring its saved adapter on the base model ..."
 
 
 def test_a_subclass_of_grpo_trainer_counts(tmp_path, fake_trl):
@@ -396,7 +412,7 @@ def test_a_reward_that_silently_reads_chat_completions_as_strings_gets_04s_hint(
     learned, and no error. The refusal names the likely cause with 04's hint."""
     from helpers.teaching.exercises import nb04
 
-    code = GOOD.replace("    return [float(i % 2) for i, _ in enumerate(completions)]",
+    code = GOOD.replace(REWARD_LINE,
                         "    return [1.0 if '<answer>' in c else 0.0 for c in completions]")
     message = _not_yet(capstone.check(_script(tmp_path, code)), "left every LoRA B matrix as it found it",
                        "reward_std 0 on each step that sampled", 'text = completion[0]["content"]')
@@ -431,7 +447,7 @@ def test_a_reward_reading_chat_completions_as_strings_gets_04s_hint(tmp_path, fa
     TypeError. The fix reuses 04's hint (helpers.teaching.exercises.nb04), not a generic traceback."""
     from helpers.teaching.exercises import nb04
 
-    code = GOOD.replace("    return [float(i % 2) for i, _ in enumerate(completions)]",
+    code = GOOD.replace(REWARD_LINE,
                         "    import re\n    return [1.0 if re.search('<answer>', c) else 0.0 for c in completions]")
     message = _not_yet(capstone.check(_script(tmp_path, code)), "your reward my_reward reads a completion as a string",
                        "TypeError", "Fix: ", 'completion[0]["content"]')
@@ -476,7 +492,109 @@ def test_an_adapter_that_did_not_change_through_training(tmp_path, fake_trl):
     _not_yet(capstone.check(_script(tmp_path, code)), "left every LoRA B matrix as it found it", "differ within a group")
 
 
+# ------------------------------------------------------------------------------------- measured after the run
+
+
+def test_a_reward_that_does_not_read_the_completion_is_refused(tmp_path, fake_trl):
+    """Random numbers differ within a group, so the adapter moves: the checker runs the reward twice on lesson 04's
+    labelled completions, and the same completion scoring differently names the mistake."""
+    code = GOOD.replace(REWARD_LINE, "    import random\n    return [random.random() for _ in completions]")
+    _not_yet(capstone.check(_script(tmp_path, code)), "your reward my_reward gave the same completions different "
+             "scores on two calls", "it does not judge the completion", "Fix: score each completion from its text")
+
+
+def test_rewards_that_do_not_prefer_right_answers_are_refused(tmp_path, fake_trl):
+    """A format-only reward (deterministic, and it differs within a group) scores each of 04's right completions as
+    high as its twin with a wrong answer: every right completion has tags, so only pairs of the same layout tell."""
+    code = GOOD.replace(REWARD_LINE, "    return [0.5 * c[0]['content'].count('<answer>') for c in completions]")
+    _not_yet(capstone.check(_script(tmp_path, code)), "your rewards (my_reward) do not score right answers above "
+             "wrong ones: on 13 of lesson 04's completions, each beside its twin with the answer changed",
+             "the right one scores +0 more on average", "Fix: a correctness reward")
+
+
+def test_a_reward_that_fails_on_04s_completions_names_how_it_is_called(tmp_path, fake_trl):
+    code = GOOD.replace(REWARD_LINE, REWARD_LINE + " if len(completions) == 2 else 1 / 0")
+    _not_yet(capstone.check(_script(tmp_path, code)), "your rewards failed on lesson 04's labelled completions "
+             "(ZeroDivisionError", "answer= (04's gold answer)")
+
+
+def test_training_on_held_out_questions_is_refused(tmp_path, fake_trl):
+    """helpers.data.split_of decides the synthetic splits: a training question from "heldout" is refused; GSM8K-like
+    text that split_of happens to hash to "heldout" is not a kit question, and passes."""
+    from helpers.data import split_of, synthetic_problems
+
+    heldout = GOOD.replace("GRPOTrainer(model=model,", "GRPOTrainer(train_dataset=[{'prompt': p['prompt'], 'answer': "
+                           "p['answer']} for p in synthetic_problems(30, 'heldout', levels=(1, 3))], model=model,")
+    heldout = heldout.replace("from trl import", "from helpers.data import synthetic_problems\nfrom trl import")
+    message = _not_yet(capstone.check(_script(tmp_path, heldout)), "30 of the 30 questions your script trains on are "
+                       "from the held-out split", 'Fix: train on the train split: helpers.data.synthetic_problems(n, '
+                       '"train")')
+    assert any(p["question"] in message for p in synthetic_problems(30, "heldout", levels=(1, 3)))
+    other = next(q for i in range(100) if split_of(q := f"Ana bought {i} pies at the fair. How many?") == "heldout")
+    assert capstone._judge_questions({"questions": [other]}) is None
+
+
+def test_direction_test_weighs_the_advantage_that_moved_its_way():
+    """A group's advantages sum to 0: everything moved down (what noise does to the base model's own samples) is
+    half the advantage; GRPO's move, the above-mean completions up and the others down, is all of it."""
+    adv = [1.5, -0.5, -0.5, -0.5]
+    assert capstone.direction_test([(adv, [2.0, -1.0, -3.0, -0.5])]) == (5.25, 1.0)
+    s, agreement = capstone.direction_test([(adv, [-1.0, -1.0, -1.0, -1.0])])
+    assert s == 0.0 and agreement == 0.5
+    assert capstone.direction_test([(adv, [-2.0, 1.0, 1.0, 1.0])])[1] == 0.0
+
+
+def test_an_adapter_still_at_its_initialisation_is_refused(tmp_path):
+    import numpy as np
+
+    message = _not_yet(capstone.CapstoneResult(False, _raised(capstone._judge_learning, {}, tmp_path, {
+        "a.lora_B.weight": np.zeros((4, 2), np.float32)})), "the saved adapter is its initialisation", "every LoRA B "
+        "matrix is zero", "Fix: save the model after trainer.train()")
+    assert "Traceback" not in message
+
+
+def _raised(func, *args) -> str:
+    with pytest.raises(capstone.CapstoneError) as err:
+        func(*args)
+    return str(err.value)
+
+
 # ------------------------------------------------------------------------------------- the reference solution
+
+
+STUDENT_SCRIPTS = ROOT / "tests" / "capstone_scripts"
+# Scripts written as students would (each file's docstring says what it does), and the verdict each must get: passed,
+# or refused with the phrases that name the mistake and the fix.
+VERDICTS = {
+    "beta_004.py": (True, ["of the advantage moved its way"]),
+    "dr_grpo_accumulation.py": (True, ["mean reward on the 2 steps that sampled"]),
+    "subclass_in_main.py": (True, ["correctness, formatting"]),
+    "forged_record.py": (False, ["the saved adapter does not move the run's completions the way their advantages say",
+                                 "a change made at random gets about 50%", "Fix: save the model GRPOTrainer trained"]),
+    "random_reward.py": (False, ["your reward tags gave the same completions different scores on two calls",
+                                 "Fix: score each completion from its text"]),
+    "heldout_questions.py": (False, ["500 of the 500 questions your script trains on are from the held-out split",
+                                     "Fix: train on the train split"]),
+    "pipeline_runpy.py": (False, ["while running, pipeline_runpy.py imports helpers.train", "Fix: build GRPOConfig"]),
+    "pipeline_subprocess.py": (False, ["while running, pipeline_subprocess.py starts another Python", "no subprocess"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_student_scripts_get_the_right_verdict(name, own_tmp):
+    """TRL 1.15 for real, 2 CPU steps each (30-130 s; the refusals of the pipeline in seconds): loss types, gradient
+    accumulation, steps_per_generation, num_iterations, beta=0.04 (TRL's frozen `ref` adapter beside the trained one),
+    a subclassed trainer and code inside main() pass; a forged record, a reward blind to the completion, held-out
+    questions and the pipeline reached through runpy or a subprocess are refused, each with its fix."""
+    passed, phrases = VERDICTS[name]
+    result = capstone.check(STUDENT_SCRIPTS / name)
+    assert result.passed is passed, repr(result)
+    for phrase in phrases:
+        assert phrase in result.message, (phrase, result.message)
+    if passed:
+        assert result.details["agreement"] >= capstone.AGREEMENT and result.details["direction"] > 0
+    assert not any(own_tmp.iterdir())
 
 
 def test_reference_solution_is_about_fifty_lines_of_real_calls():
@@ -664,12 +782,12 @@ def test_a_hung_script_is_stopped_with_its_children_and_told_it_hung(tmp_path, f
 
 
 def test_a_reward_that_never_returns_is_named_and_max_steps_only_when_it_is_the_cause(tmp_path, fake_trl, own_tmp):
-    stuck = GOOD.replace("    return [float(i % 2)", "    import time\n    time.sleep(300)\n    return [float(i % 2)")
+    stuck = GOOD.replace("    return [2.0 if", "    import time\n    time.sleep(300)\n    return [2.0 if")
     message = _not_yet(capstone.check(_script(tmp_path, stuck), timeout=3), "stopped after 3 s with no finish",
                        "Its last progress: trainer.train() started", "stuck in its first GRPO step",
                        "a reward function that never returns")
     assert "max_steps" not in message
-    slow = GOOD.replace("    return [float(i % 2)", "    import time\n    time.sleep(0.5)\n    return [float(i % 2)")
+    slow = GOOD.replace("    return [2.0 if", "    import time\n    time.sleep(0.5)\n    return [2.0 if")
     _not_yet(capstone.check(_script(tmp_path, slow.replace("max_steps=args.max_steps", "max_steps=40")), timeout=3),
              "stopped after 3 s with no finish", "trainer.train() was set to 40 steps, not the 2",
              "GRPOConfig(max_steps=args.max_steps")
