@@ -38,9 +38,8 @@ def _trl_parser():
     before = set(sys.modules)
     from trl.scripts.utils import TrlParser
 
-    for name in set(sys.modules) - before:
-        if name.split(".")[0] == "trl":
-            del sys.modules[name]
+    for name in {m for m in sys.modules if m.split(".")[0] == "trl"} - before:
+        del sys.modules[name]
     return TrlParser
 
 

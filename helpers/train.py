@@ -2,11 +2,10 @@
 
     python -m helpers.train --preset cpu --max-steps 30 --run-dir runs/demo
 
-Its flags are the fields of helpers.config.Preset and helpers.run.options.RunOptions, parsed by TRL's TrlParser
-(helpers.cli) as TRL's scripts/grpo.py parses its dataclasses. Every value is checked, the reward functions tried
-and the run folder claimed before TRL is imported, so a refusal comes in a second or two; the run is then
-helpers.run.pipeline's named steps, those notebook 05 calls cell by cell. Ctrl-C, SIGTERM and SIGHUP stop it alike:
-the resume line, the folder released, exit 130, 143 or 129.
+The flags are helpers.config.Preset's and helpers.run.options.RunOptions' fields, parsed by TRL's TrlParser as in
+TRL's scripts/grpo.py (helpers.cli). Every value is checked, the rewards tried and the run folder claimed before TRL
+is imported (a refusal in seconds); the run is then helpers.run.pipeline's steps, those notebook 05 calls cell by
+cell. Ctrl-C, SIGTERM and SIGHUP stop it alike: the resume line, the folder released, exit 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -91,39 +90,31 @@ def resolved_config(preset: Preset, options: RunOptions) -> dict:
     return json.loads(json.dumps(config, default=lambda v: str(v) if isinstance(v, Path) else list(v)))
 
 
-def _refuse(err: Exception) -> int:
-    print(f"error: {err}", file=sys.stderr)
-    return 2
-
-
 def _checked(argv):
     """(preset, options, reward functions, runtime, run folder), every value checked, the rewards tried and the
-    folder claimed, or an exit code: nothing here imports TRL or transformers (tests/test_validation_early.py)."""
-    try:
-        args = parse_args(argv)
-        preset = get_preset(args.preset, **overrides_from(args))
-        options = options_from(args)
-        if args.print_config:
-            print(json.dumps(resolved_config(preset, options), indent=2))
-            return 0
-        # several processes under accelerate launch: the batch is checked against their count (WORLD_SIZE, as
-        # helpers.run.distributed.process_info reads it; that module imports transformers)
-        world_size = int(os.environ.get("WORLD_SIZE", 1))
-        if preset.num_processes > 1 and world_size == 1:
-            raise PresetError(
-                f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
-                f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
-                f"{preset.num_processes} -m helpers.train ... (docs/scale-out.md), or --num-processes 1")
-        runtime = rt.detect()  # once: run_all gets it too
-        guard.check_before_loading(preset, runtime, num_processes=world_size,
-                                   options=options)  # on the GPU path this imports Unsloth, before TRL
-        reward_funcs = resolve_rewards(options.rewards)
-        try_rewards(reward_funcs, preset, options.reward_timeout)
-        # one process: the folder is claimed here; several: process 0 plans it for all of them in start()
-        folder = plan_folder(preset, options, reward_funcs) if world_size == 1 else None
-        return preset, options, reward_funcs, runtime, folder
-    except (PresetError, RunDirError, rt.RuntimeProblem) as err:
-        return _refuse(err)
+    folder claimed, or None after --print-config: nothing here imports TRL's trainer or transformers
+    (tests/test_validation_early.py)."""
+    args = parse_args(argv)
+    preset, options = get_preset(args.preset, **overrides_from(args)), options_from(args)
+    if args.print_config:
+        print(json.dumps(resolved_config(preset, options), indent=2))
+        return None
+    # several processes under accelerate launch: the batch is checked against their count (WORLD_SIZE, as
+    # helpers.run.distributed.process_info reads it; that module imports transformers)
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    if preset.num_processes > 1 and world_size == 1:
+        raise PresetError(
+            f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
+            f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
+            f"{preset.num_processes} -m helpers.train ... (docs/scale-out.md), or --num-processes 1")
+    runtime = rt.detect()  # once: run_all gets it too
+    guard.check_before_loading(preset, runtime, num_processes=world_size,
+                               options=options)  # on the GPU path this imports Unsloth, before TRL
+    reward_funcs = resolve_rewards(options.rewards)
+    try_rewards(reward_funcs, preset, options.reward_timeout)
+    # one process: the folder is claimed here; several: process 0 plans it for all of them in start()
+    folder = plan_folder(preset, options, reward_funcs) if world_size == 1 else None
+    return preset, options, reward_funcs, runtime, folder
 
 
 def _stop(signum, frame):
@@ -132,20 +123,19 @@ def _stop(signum, frame):
 
 
 def main(argv=None) -> int:
+    """Parse and check (every refusal before TRL is imported), then the run: helpers.run.pipeline's steps."""
     main_thread = threading.current_thread() is threading.main_thread()  # handlers can be set only there
     answered = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
     try:
-        checked = _checked(argv)
-        if isinstance(checked, int):
-            return checked
-        preset, options, reward_funcs, runtime, folder = checked
+        if (checked := _checked(argv)) is None:
+            return 0
         from helpers.run.pipeline import run_all  # imports transformers and TRL: after the checks above
 
-        try:
-            summary = run_all(preset, options, reward_funcs=reward_funcs, runtime=runtime, folder=folder)
-        except (PresetError, RunDirError, rt.RuntimeProblem) as err:
-            return _refuse(err)
+        summary = run_all(*checked)  # preset, options, reward functions, runtime, run folder
         return 0 if summary.get("status", "finished") == "finished" else 1  # stopped (NaN, bad rewards): exit 1
+    except (PresetError, RunDirError, rt.RuntimeProblem) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as err:
         signum = next((a for a in err.args if isinstance(a, signal.Signals)), signal.SIGINT)
         how = "Ctrl-C" if signum == signal.SIGINT else signum.name  # stderr, as a command's refusals are
