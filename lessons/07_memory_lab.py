@@ -36,22 +36,7 @@ LORA_RANKS = [8, 16, 64]
 RUN_BENCHMARK = False      # on a GPU: also measure the t4 recipe here (the lab's lab/benchmark_memory.py kit, a few minutes)
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %%
 import matplotlib.pyplot as plt
@@ -106,7 +91,7 @@ for ax, rank in zip(axes, LORA_RANKS):
     ax.set_xlabel("max_completion_length")
 axes[0].set_ylabel("predicted peak (GB)")
 axes[-1].legend(fontsize=8)
-fig.suptitle(f"Qwen2.5-1.5B, 4-bit, vLLM at {t4.gpu_memory_utilization} on a {GPU}")
+fig.suptitle(f"{t4.model_name.split('/')[-1]}, 4-bit, vLLM at {t4.gpu_memory_utilization} on a {GPU}")
 fig.tight_layout()
 sweep_fig = fig
 plt.show()
@@ -211,4 +196,4 @@ ex.q1.check(largest_completion_length)
 # 2. Switch `chunked_logits=False` (TRL's own loss) and repeat the sweep. At what completion length do the logits
 #    overtake the activations?
 # 3. Use `--model-name gemma-3-1b` in `python -m helpers.memory`: why does a 1B model with a 262k vocabulary need more
-#    memory for the logits than Qwen2.5-1.5B?
+#    memory for the logits than {{t4.model_name|name}}?

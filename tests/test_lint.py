@@ -28,6 +28,21 @@ def test_ruff_passes():
     assert done.returncode == 0, f"ruff check found problems (fix them, or `ruff check --fix .`):\n{done.stdout}{done.stderr}"
 
 
+def test_lessons_pass_ruff_as_built():
+    """A lesson is linted as its notebook holds it: `# {{setup cell}}` written in (it defines ROOT and kit) and the
+    placeholders filled (scripts/make_notebooks.py); lessons/ is excluded from the plain `ruff check .`."""
+    from scripts import make_notebooks as maker
+
+    problems = []
+    for lesson in maker.lesson_files():
+        done = subprocess.run([*ruff_command(), "check", "--no-cache", "--output-format", "concise", "--stdin-filename",
+                               f"lessons/{lesson.name}", "-"], cwd=ROOT, input=maker.lesson_text(lesson),
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            problems.append(done.stdout + done.stderr)
+    assert maker.lesson_files() and not problems, "ruff on the lessons as built:\n" + "".join(problems)
+
+
 def test_ruff_reads_the_project_rules():
     """The lint test means something only if ruff uses pyproject.toml: a blind `except Exception` is reported, and
     so is an import inside a function (PLC0415) in a file without an exception for it."""
