@@ -24,9 +24,9 @@ becomes its number (tests/test_exercise_numbers.py finds typed ones). A line `# 
 file's text (09's capstone script lives once, in capstone/solution/train_grpo.py); the line `# {{setup cell}}`
 becomes helpers.notebook_setup.SETUP_CELL, the one setup cell of every notebook.
 
-The markdown files (README.md, capstone/README.md, docs/*.md) carry the same facts as spans the build rewrites in
-place, readable on GitHub: `<!--{{t4.model_name|name}}-->Qwen2.5-1.5B-Instruct<!--/-->`. Change a preset and rebuild:
-every lesson, README and doc follows; --check names a file that did not (tests/test_student_notebooks.py).
+The markdown files (README.md, capstone/README.md, docs/*.md, lab/docs/*.md) carry the same facts as spans the build
+rewrites in place, readable on GitHub: `<!--{{t4.model_name|name}}-->Qwen2.5-1.5B-Instruct<!--/-->`. Change a preset
+and rebuild: every lesson, README and doc follows; --check names a file that did not (tests/test_student_notebooks.py).
 """
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ def render_facts(text: str, where: str) -> str:
 
 
 def markdown_files() -> list[Path]:
-    """The markdown files whose facts the build renders, relative to the kit."""
+    """The markdown files whose facts the build renders, relative to the kit: the course's and the lab's."""
     return [Path("README.md"), Path("capstone/README.md"),
-            *sorted(p.relative_to(KIT) for p in (KIT / "docs").glob("*.md"))]
+            *sorted(p.relative_to(KIT) for folder in ("docs", "lab/docs") for p in (KIT / folder).glob("*.md"))]
 
 
 def answer_name(cells, i: int, number: str, where: str) -> str:
