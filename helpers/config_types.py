@@ -81,8 +81,10 @@ def _type_error(name: str, value, hint, example=None) -> PresetError:
         kind = typing.get_origin(hint) is tuple and f"comma-separated {typing.get_args(hint)[0].__name__}s" or \
             kinds.get(hint, hint)
         given = f"the text {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
+        example = "runs/demo" if hint is Path and example is None else example
+        blank = " (an empty path is the current folder: an unset shell variable?)" if str(value).strip() == "" else ""
         err = PresetError(f"{name}={value!r}: is {given}, not {kind}. Fix: give {kind}" +
-                          (f", e.g. {name}={example!r}." if example is not None else "."))
+                          (f", e.g. {name}={example!r}" if example is not None else "") + blank + ".")
     err.field, err.example = name, example
     return err
 

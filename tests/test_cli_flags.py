@@ -116,7 +116,8 @@ def test_what_the_parser_refuses_it_says_where(argv, said, capsys):
 
 @pytest.mark.parametrize("argv, said", [
     (["--max-steps", "many"], "max_steps='many': is the text 'many', not a whole number. Fix: give a whole number"),
-    (["--run-dir", ""], "run_dir='': is the text '', not a folder path. Fix:"),
+    (["--run-dir", " "], "run_dir=' ': is the text ' ', not a folder path. Fix: give a folder path, e.g. "
+                         "run_dir='runs/demo'"),
     (["--keep", "all"], "keep='all': is the text 'all', not a whole number. Fix:"),
     (["--backend", "gpu"], "backend='gpu': must be 'cpu', 'unsloth' or 'trl-vllm'. Fix:"),
 ])
