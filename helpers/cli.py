@@ -1,9 +1,8 @@
 """Command-line flags from the kit's dataclasses, made by TRL's own parser (trl.scripts.utils.TrlParser, on
-transformers' HfArgumentParser): each field is --field-name and --field_name with its help text, a switch also
---no-field-name, and `--config FILE` reads YAML that flags override, as in TRL's scripts. The kit adds what they
-lack: the presets' values in --help (a Preset flag not given is absent: the preset decides), its aliases, and values
-typed as the fields are by helpers.config_types, as a notebook's parameters are. Shared by `python -m helpers.train`
-and `python -m helpers.memory`."""
+transformers' HfArgumentParser): --field-name and --field_name with the field's help, a switch's --no-field-name, and
+`--config FILE` (YAML that flags override), as in TRL's scripts. The kit adds what they lack: the presets' values in
+--help (a Preset flag not given is absent: the preset decides), its aliases, and values typed by helpers.config_types
+as a notebook's parameters are. Shared by `python -m helpers.train` and `python -m helpers.memory`."""
 
 from __future__ import annotations
 
@@ -51,6 +50,9 @@ class _Added(argparse.Action):
         setattr(namespace, self.dest, (*(() if before is self.default else before), values))
 
 
+FLAG_KWARGS = {"rewards": {"action": _Added, "metavar": "MODULE:NAME"}, "dashboard": {"choices": DASHBOARD_MODES}}
+
+
 def _metavar(hint) -> str | None:
     """What --help shows after a field's flag; None for a switch (bool)."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -77,9 +79,8 @@ def add_fields(parser, title: str, cls, only=None, skip=("name",), description=N
         flag.type, flag.default = (str, default) if metavar else (bool, True)  # True: TRL adds the --no- switch
         shown = f" {preset_values(f.name)}" if cls is Preset else f" (default: {f.default})" if f.default else ""
         aliases = {a for alias in ALIASES.get(f.name, []) for a in (alias, "--" + alias[2:].replace("-", "_"))}
-        flag.metadata = {"help": f.metadata["help"] + shown, "aliases": sorted(aliases, key=lambda a: "_" in a),
-                         **({"metavar": metavar} if metavar else {}), **{"rewards": {"action": _Added}, "dashboard": {
-                             "choices": DASHBOARD_MODES}}.get(f.name, {})}
+        flag.metadata = {"help": f.metadata["help"] + shown, "aliases": list(aliases),
+                         **({"metavar": metavar} if metavar else {}), **FLAG_KWARGS.get(f.name, {})}
         count = len(group._group_actions)
         parser._parse_dataclass_field(group, flag)
         actions = group._group_actions[count:]  # the flag, and a switch's --no- twin: one line in --help

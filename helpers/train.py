@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are: the command's
     own, the Preset fields given and every run option, in one namespace."""
     argv = [part for arg in (sys.argv[1:] if argv is None else argv)
-            for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+            for part in (["--config", os.path.expanduser(arg[9:])] if arg.startswith("--config=") else [arg])]
     parser, path = build_parser(), argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
     try:
         command, *given, in_file, unknown = parser.parse_args_and_config(

@@ -2,6 +2,7 @@
 type, run through the parser and checked against the value the run then holds. A flag dropped or retyped by a change
 of parser fails here."""
 
+import os
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -94,12 +95,17 @@ def test_the_batch_size_aliases(argv):
     assert _resolved(*argv)[0].per_device_train_batch_size == 16
 
 
-def test_the_commands_own_flags(tmp_path):
+def test_the_commands_own_flags(tmp_path, monkeypatch):
     assert train.parse_args([]).preset == "cpu" and _resolved("--preset", "t4")[0] == get_preset("t4")
     assert train.parse_args(["--print-config"]).print_config and train.parse_args(["--print_config"]).print_config
     (tmp_path / "c.yaml").write_text("preset: t4\nmax_steps: 3\nkeep: 5\n")
-    preset, options = _resolved("--config", str(tmp_path / "c.yaml"))
-    assert (preset.name, preset.max_steps, options.keep) == ("t4", 3, 5)
+    for argv in (["--config", str(tmp_path / "c.yaml")], [f"--config={tmp_path / 'c.yaml'}"]):
+        preset, options = _resolved(*argv)
+        assert (preset.name, preset.max_steps, options.keep) == ("t4", 3, 5)
+    monkeypatch.setenv("GRPO_KIT_TEST", "before")  # TRL's `env:` in a --config file sets environment variables
+    (tmp_path / "e.yaml").write_text("env:\n  GRPO_KIT_TEST: from-the-file\n")
+    assert _resolved("--config", str(tmp_path / "e.yaml"))[0] == get_preset("cpu")
+    assert os.environ["GRPO_KIT_TEST"] == "from-the-file"
 
 
 @pytest.mark.parametrize("argv, said", [
