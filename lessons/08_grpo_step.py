@@ -6,7 +6,9 @@
 # 05 let `GRPOTrainer` take the steps. Here you take one yourself, every part in plain sight: sample a group of
 # completions of one question with `model.generate`, score them, turn the rewards into advantages, write the loss,
 # take one optimizer step, and watch the probability of the rewarded completions go up and the others go down.
-# Then you write the loop that repeats that step on new groups, and watch the reward rise beside TRL's own run.
+# The reward is yours (exercise 4.1's correctness reward, with the kit's four format rewards) and so are the
+# advantages (4.5). Then you write the loop that repeats that step on new groups, and watch the reward rise above a
+# control run that cannot learn (learning rate 0); the held-out questions say what it learned.
 #
 # It uses the embedded SmolLM2-135M with a LoRA adapter, on the CPU, on **any** runtime (a GPU one included), so
 # every student can run it: the algorithm is the same on the T4, only bigger.
@@ -17,7 +19,8 @@
 # - Build the completion mask TRL builds: every token up to and including the first end-of-sequence token.
 # - Write the token-level clipped policy loss yourself, checked against TRL's `GRPOTrainer._compute_loss`.
 # - See one optimizer step move each completion's log-probability in the direction of its advantage.
-# - Write the GRPO training loop yourself and watch the format reward rise, beside TRL's `GRPOTrainer` on the same settings.
+# - Write the GRPO training loop yourself, with your 4.1 reward and 4.5 advantages, and tell learning from luck: the
+#   reward rises above a learning-rate-0 control by more than the control's own noise; held-out format and accuracy.
 #
 # **Expected time on a Colab CPU runtime:** the CPU-stack install (about a minute, estimate) plus about a minute
 # with the embedded model for sections 1 to 6, and a few minutes for the loop of section 7 (estimate; see
@@ -31,12 +34,12 @@ PRESET = None                 # None: "cpu" on any runtime - this lesson always 
 LESSON = "08_grpo_step"       # docs/colab.md: no GPU needed - runs on a Colab CPU runtime with the embedded model
 USE_DRIVE = False             # Colab: keep the run folder on Google Drive (this lesson writes nothing there)
 MAX_STEPS = None              # unused here: this lesson takes exactly one step
-EVAL_SIZE = None              # unused here
+EVAL_SIZE = None              # held-out questions scored after the loop (None: grpo_math.LOOP's "heldout")
 RUN_DIR = "runs/course"       # unused here: nothing is saved
 NUM_GENERATIONS = None        # completions in the group (cpu preset: {{cpu.num_generations}})
 BATCH_SIZE = None             # unused here: one group is the batch
 MAX_COMPLETION_LENGTH = None  # tokens per completion (cpu preset: {{cpu.max_completion_length}})
-EVAL_MAX_NEW_TOKENS = None    # unused here
+EVAL_MAX_NEW_TOKENS = None    # tokens per held-out answer (cpu preset: {{cpu.eval_max_new_tokens}})
 SEED = 0                      # the sampling seed: change it to see another group
 LOOP_STEPS = None             # steps of section 7's loop (None: grpo_math.LOOP's, the number measured to learn)
 
@@ -105,23 +108,45 @@ def sample_group(seed):
     return out[:, prompt["input_ids"].shape[1]:]
 
 # %% [markdown]
-# ## 2. Score the group, and resample a group with no spread
+# ## 2. Score the group with your reward, and resample a group with no spread
 #
-# The rewards are the kit's five (`helpers.rewards.DEFAULT_REWARDS`), the ones you rewrote and checked in 04, called
-# as `GRPOTrainer` calls them: `f(prompts=..., completions=..., answer=...)`, one float per completion; a
-# completion's reward is their sum. If every completion scores the same, every advantage is 0 and the step would
-# teach nothing (04's "zero-spread" group): the cell samples again, with the next seed, a bounded number of times.
+# The rewards are the five of 04, with **your** correctness reward (exercise 4.1) in the kit's place, and the
+# advantages of section 3 are **your** `my_advantages` (exercise 4.5). A notebook does not see another notebook's
+# variables, so the next cell brings them here the way d2l does with the code its readers wrote: each as 04's
+# solution cell wrote it, printed. Paste your own from your 04 over the line to train with yours; either way 04's
+# checks run on them again, and the kit's twin stands in for one that does not pass.
 
 # %%
-from helpers.rewards import DEFAULT_REWARDS
+from helpers import rewards as kit_rewards
 from helpers.teaching import grpo_math
+from helpers.teaching.exercises import nb04
+from helpers.teaching.exercises import nb08 as ex
 
+my_correctness_reward = ex.earlier("my_correctness_reward")  # exercise 4.1
+my_advantages = ex.earlier("my_advantages")  # exercise 4.5
+
+# %%
+reward_check, advantages_check = nb04.my_correctness_reward.check(my_correctness_reward), nb04.my_advantages.check(my_advantages)
+print("4.1:", reward_check, "\n4.5:", advantages_check)
+REWARDS = [my_correctness_reward if reward_check.passed else kit_rewards.correctness_reward, *kit_rewards.DEFAULT_REWARDS[1:]]
+ADVANTAGES = my_advantages if advantages_check.passed else grpo_math.group_advantages
+print("scoring with:", [f.__name__ for f in REWARDS], "- advantages:", ADVANTAGES.__name__)
+
+# %% [markdown]
+# Each reward is called as `GRPOTrainer` calls it: `f(prompts=..., completions=..., answer=...)`, one float per
+# completion; a completion's reward is their sum. If every completion scores the same, every advantage is 0 and the
+# step would teach nothing (04's "zero-spread" group): the cell samples again, with the next seed, a bounded number of
+# times. Your correctness reward alone would nearly always be such a group here: the small model rarely answers right
+# at first (none of 48 completions of its first 6 training questions, measured on a 2-core development machine on
+# 2026-11-29), so the format rewards give the first signal.
+
+# %%
 TRIES = 10
 for attempt in range(TRIES):
     completion_ids = sample_group(SEED + attempt)
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
     scores = {f.__name__: f(prompts=[row["prompt"]] * G, completions=texts, answer=[row["answer"]] * G)
-              for f in DEFAULT_REWARDS}
+              for f in REWARDS}
     rewards = [sum(s[i] for s in scores.values()) for i in range(G)]
     if grpo_math.group_stats(rewards)["signal"]:
         break
@@ -137,11 +162,11 @@ for i, text in enumerate(texts):
 # %% [markdown]
 # ## 3. Group advantages
 #
-# 04's formula (`helpers.teaching.grpo_math.group_advantages`, TRL's default `scale_rewards="group"`): the reward
-# minus the group's mean, divided by the group's standard deviation. Above the mean: pushed up; below: pushed down.
+# Your `my_advantages` of 4.5 (TRL's default `scale_rewards="group"`): the reward minus the group's mean, divided by
+# the group's standard deviation. Above the mean: pushed up; below: pushed down.
 
 # %%
-advantages = torch.tensor(grpo_math.group_advantages(rewards), dtype=torch.float32)
+advantages = torch.tensor(ADVANTAGES(rewards), dtype=torch.float32)
 print("rewards:   ", [round(r, 3) for r in rewards])
 print("advantages:", [round(float(a), 3) for a in advantages])
 
@@ -183,9 +208,6 @@ print("log-probability of each completion:", [round(float(x), 2) for x in (logp_
 # Return a 0-dim tensor that still has its gradient: the next cell steps the optimizer with it. The check compares
 # your loss, value and gradient, with TRL's own `GRPOTrainer._compute_loss` on hidden batches (ratios away from 1,
 # so the clipping matters; completions of different lengths) and on this lesson's batch.
-
-# %%
-from helpers.teaching.exercises import nb08 as ex
 
 # %% tags=["solution"]
 # Exercise 8.1: write policy_loss(logps, old_logps, advantages, mask, epsilon=0.2), TRL's default GRPO loss
@@ -268,60 +290,66 @@ print(f"loss after the step ({whose}): {ours:+.6f}; TRL's _compute_loss: "
       f"{float(ratio.max()):.3f}, {float(((ratio < 1 - epsilon) | (ratio > 1 + epsilon)).float().mean()):.0%} of tokens outside the clip range)")
 
 # %% [markdown]
-# ## 7. The loop: GRPO that learns
+# ## 7. The loop: GRPO that learns, or not
 #
 # One step made the rewarded completions likelier. Training is that step again and again, each time on a new group
-# of a new question: sample, score, advantages, loss, optimizer step. Here the reward is the format reward alone
-# (`helpers.rewards.tag_count_reward`: 0.125 for each of the four tags that appears exactly once), because the
-# small model learns it in minutes on a CPU; correctness takes far longer.
+# of a new question: sample, score, advantages, loss, optimizer step. A rising reward is not proof by itself: one
+# group's mean is noisy, and the questions differ in difficulty. So the loop runs beside a **control**: the same
+# seed and settings at learning rate 0, where nothing is learned (AdamW at lr 0 changes no weight, so the control
+# only samples and scores its groups: no backward). Your loop learned when its final reward (the mean of its last
+# steps) is above the control's mean by more than a control strays by chance: the margin, measured on the stored seeds.
 #
-# The loop's settings are `grpo_math.LOOP` (printed below): the same ones `scripts/lesson08_trl_curve.py` gave TRL's
-# `GRPOTrainer` (the kit's `python -m helpers.train`, one optimizer step per group, a constant learning rate) to
-# store TRL's reward curve in `results/lesson08-trl-curve.json`. Its steps are enough for the rise to show on every
-# seed tried: the kit's own loop went from 0.09-0.25 (mean of the first three steps) to 0.47-0.49 (the last three) on
-# seeds 0, 1 and 2, in 118-128 s per seed on an otherwise idle 2-core machine (measured 2026-11-27 with
-# `scripts/lesson08_trl_curve.py --no-trl --seeds 0,1,2`, stored in the same file, `loop_seeds`). The model is loaded
-# again, so the loop starts from the base model with a fresh adapter, as TRL's run did. `sample(step)` is sections 1 and 4 as one function (a group
-# of question `step`, as a batch with its mask), `score(batch)` is section 2 with the format reward.
+# The loop's settings are `grpo_math.LOOP` (printed below). `scripts/lesson08_trl_curve.py --seeds 0,1,2` ran the
+# kit's own loop and its control with them on three seeds and stored both in `results/lesson08-trl-curve.json`
+# (`loop_seeds`); the control of those seeds is read from there, another `SEED`'s is run here (sampling a group took
+# about 6 s on a lightly loaded 2-core development machine, measured 2026-11-29). The model is loaded again, so the loop starts from the base model with a fresh adapter.
+# `sample(step)` is sections 1 and 4 as one function: a group of question `step`, as a batch with its mask, the
+# decoded completions (`batch["completions"]`), the prompts and the gold answers (`batch["prompts"]`, `batch["answer"]`).
 
 # %%
 loop = {**grpo_math.LOOP, "steps": LOOP_STEPS or grpo_math.LOOP["steps"]}
-model, tokenizer = load_cpu(p)  # the base model and a fresh adapter: the loop starts where TRL's run started
-questions = training_questions(p, limit=loop["steps"])
-sample, score = grpo_math.loop_tools(model, tokenizer, questions, seed=SEED)
+model, tokenizer = load_cpu(p)  # the base model and a fresh adapter
+sample = grpo_math.loop_tools(model, tokenizer, training_questions(p, limit=loop["steps"]), seed=SEED)
+control, where = grpo_math.control_curve(SEED, loop["steps"], sample)  # before the loop: the model is the base one
 print("the loop's settings:", loop)
+print(f"the lr-0 control ({where}):", [round(c, 3) for c in control])
 
 # %% [markdown]
-# **Exercise 8.2.** Write `grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0)`:
-# for each step in `range(steps)`,
+# **Exercise 8.2.** Write `grpo_train(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0,
+# temperature=1.0)`: for each step in `range(steps)`,
 #
-# 1. `batch = sample(step)` and `rewards = score(batch)` (one float per completion);
-# 2. the advantages (section 3) and the log-probabilities of the batch with their gradient (section 4, at
-#    `temperature`); the group is fresh, so the old log-probabilities are these, detached (the ratio is 1);
+# 1. `batch = sample(step)`; each completion's reward is the sum over `reward_funcs` of
+#    `f(prompts=batch["prompts"], completions=batch["completions"], answer=batch["answer"])` (section 2);
+# 2. the advantages, `advantages_fn(rewards)` as a tensor (section 3), and the log-probabilities of the batch with
+#    their gradient (section 4, at `temperature`); the group is fresh, so the old log-probabilities are these,
+#    detached (the ratio is 1);
 # 3. the loss (`loss_fn`: your `policy_loss` of 8.1 when it passed), then the update of section 5:
 #    `optimizer.zero_grad()`, `loss.backward()`, clip the gradient to `max_grad_norm`, `optimizer.step()`.
 #
 # Return the mean reward of each step's group, one number per step. The check first runs your loop on tiny stand-in
 # models beside the kit's, comparing every gradient and every parameter after every step (a known mistake is named),
-# then, once it is right, runs it on the model above for the loop's steps (a few minutes): step 1's gradient is
-# compared with TRL's `_compute_loss` on the group you sampled, and your reward curve with TRL's.
+# then, once it is right, runs it on the model above with your `REWARDS` and `ADVANTAGES` for the loop's steps (a few
+# minutes): step 1's gradient is compared with TRL's `_compute_loss` on the group you sampled, and your final reward
+# with the control's. A loop that does not rise above the control by the margin is refused, with the likely cause.
 
 # %% tags=["solution"]
-# Exercise 8.2: write grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0), the GRPO loop
+# Exercise 8.2: write grpo_train(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0, temperature=1.0), the GRPO loop
 # SOLUTION
 import torch
 
 from helpers.teaching import grpo_math
 
 
-def grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0):
+def grpo_train(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0, temperature=1.0):
     """GRPO for `steps` steps, a new group each; returns the mean reward of each step's group."""
     params = [q for q in model.parameters() if q.requires_grad]
     curve = []
     for step in range(steps):
         batch = sample(step)  # a new group of a new question
-        rewards = score(batch)
-        advantages = torch.tensor(grpo_math.group_advantages(rewards), dtype=torch.float32)
+        scores = [f(prompts=batch["prompts"], completions=batch["completions"], answer=batch["answer"])
+                  for f in reward_funcs]
+        rewards = [sum(s) for s in zip(*scores)]  # one per completion: the sum of the reward functions
+        advantages = torch.tensor(advantages_fn(rewards), dtype=torch.float32)
         model.train()
         logps = grpo_math.completion_logps(model, batch, temperature=temperature)
         loss = loss_fn(logps, logps.detach(), advantages, batch["completion_mask"], epsilon=epsilon)
@@ -334,26 +362,45 @@ def grpo_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temper
 
 
 # %%
-result = ex.q2.check(grpo_train, run=dict(model=model, sample=sample, score=score, settings=loop))
+result = ex.q2.check(grpo_train, run=dict(model=model, sample=sample, reward_funcs=REWARDS, advantages_fn=ADVANTAGES,
+                                          control=control, settings=loop))
 result
 
 # %% [markdown]
-# Your curve beside TRL's (only TRL's until your loop passes its check). The reward is one group's mean, so it is
-# noisy from step to step; what counts is the trend, and both curves should rise. They will not be equal step by
-# step: TRL samples its own groups (another order of questions, its own random numbers).
+# Your curve beside the control's (only the control's until your loop passes its check). The reward is one group's
+# mean, so it is noisy from step to step; what counts is where the last steps end, against the control's level.
 
 # %%
 import matplotlib.pyplot as plt
 
-grpo_math.plot_curves(result.curve, result.trl_curve)  # the check's message above says how the two rose
+grpo_math.plot_curves(result.curve, control)  # the check's message above gives the two numbers and the margin
 plt.show()
+
+# %% [markdown]
+# ## 8. What it learned, on questions it never saw
+#
+# The reward is measured on the training questions. The held-out split (`helpers.data.heldout_questions`, questions
+# that never appear in training) says what carried over: greedy answers, scored as 06 scores them
+# (`helpers.evaluation.evaluate`: the strict format rate and the accuracy), with the adapter your loop trained and
+# without it (`model.disable_adapter()`: the base model, which is also what the lr-0 control is).
+
+# %%
+from helpers.data import heldout_questions
+from helpers.evaluation import evaluate
+
+heldout = heldout_questions(p, n=EVAL_SIZE or loop["heldout"])
+after = evaluate(model, tokenizer, heldout, p)
+with model.disable_adapter():
+    before = evaluate(model, tokenizer, heldout, p)
+for name, r in (("base model (the control)", before), ("after your loop", after)):
+    print(f"{name:<26} format {r['format_rate']:.0%}, accuracy {r['accuracy']:.0%} ({r['n']} held-out questions)")
 
 # %% [markdown]
 # ## Recap
 #
 # - One GRPO step is: sample G completions of a question, score them, advantages = reward minus the group's mean over its std, a masked clipped policy loss, one optimizer step.
 # - The mask keeps each completion's tokens up to its end-of-sequence token; TRL's default loss (`dapo`) averages over all those tokens of the batch.
-# - The loop is that step on a new group each time; the format reward rises within the loop's steps, as in TRL's run.
+# - The loop is that step on a new group each time; it learned when its final reward beats a learning-rate-0 control by more than the control's own noise, not when the curve merely goes up.
 # - The step raised the log-probability of the completions with a positive advantage and lowered the others: that is all "learning" means here. A group with no reward spread gives no step at all.
 #
 # ## Exercises

@@ -126,33 +126,41 @@ def test_advantages_spread_along_the_tokens_of_a_square_batch_is_named():
     assert not result.passed and "spread along the tokens" in result.message
 
 
-CI_LOOP_STEPS = 6  # half the lesson's loop: the rise shows by step 6 on seeds 0, 1, 2 (loop_seeds); 12 is checked there
+CI_LOOP_STEPS = 6  # half the lesson's loop: every stored seed rose above its control by then (checked below)
+CI_HELDOUT = {"EVAL_SIZE": 4, "EVAL_MAX_NEW_TOKENS": 32}  # section 8's held-out questions, at the class plans' CPU sizes
 
 
 @pytest.mark.slow
 def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
-    """notebooks/08_grpo_step.ipynb top to bottom at CI's settings: the solution passes its check, the loss equals
-    TRL's on the lesson's own batch (before and after the step), and the step moved every completion's log-prob in the
-    direction of its advantage; then the loop (grpo_math.LOOP's group, length and learning rate, CI_LOOP_STEPS steps
-    instead of the lesson's 12, which the stored seeds cover) passes its check and the format reward rises."""
+    """notebooks/08_grpo_step.ipynb top to bottom at CI's settings: 04's answers (4.1, 4.5) are brought and pass 04's
+    checks, the solution passes its check, the loss equals TRL's on the lesson's own batch (before and after the
+    step), and the step moved every completion's log-prob in the direction of its advantage; then the loop
+    (grpo_math.LOOP's group, length and learning rate, CI_LOOP_STEPS steps instead of the lesson's 12) passes its
+    check, which requires its final reward above the stored lr-0 control's by the margin; the held-out questions are
+    scored with and without the adapter."""
     from notebook_runner import execute, has_image, output_text
 
     nb = execute("08_grpo_step", tmp_path, {"PRESET": "cpu", "NUM_GENERATIONS": 4, "MAX_COMPLETION_LENGTH": 32,
-                                            "RUN_DIR": str(tmp_path / "run"), "LOOP_STEPS": CI_LOOP_STEPS})
+                                            "RUN_DIR": str(tmp_path / "run"), "LOOP_STEPS": CI_LOOP_STEPS, **CI_HELDOUT})
     text = output_text(nb)
-    assert "Correct!" in text and "On this lesson's batch: yours" in text
+    assert "4.1: Correct!" in text and "4.5: Correct!" in text and "def my_correctness_reward" in text
+    assert "scoring with: ['my_correctness_reward', 'integer_answer_reward'" in text and "advantages: my_advantages" in text
+    assert "On this lesson's batch: yours" in text
     for when in (r"loss \(your policy_loss\): ", r"loss after the step \(your policy_loss\): "):
         match = re.search(when + r"([-+]\d+\.\d{6}); TRL's _compute_loss(?: on the same batch)?: ([-+]\d+\.\d{6})", text)
         assert match and match.group(1) == match.group(2), f"the loss differs from TRL's: {match and match.group(0)}"
     assert "positive advantage rose and every one with a negative advantage fell: True" in text
     rows = re.findall(r"^\s*\d+\s+[-\d.]+\s+([-+]\d+\.\d+)\s+[-\d.]+\s+[-\d.]+\s+([-+]\d+\.\d+)\s", text, re.M)
     assert len(rows) == 4 and any(float(a) > 0 and float(c) > 0 for a, c in rows), rows  # the rewarded one rose
-    # section 7: the solution's loop passed its check, step 1 equals TRL's on the same group, and over the lesson's
-    # steps the format reward rose, as it did in TRL's stored run on the same settings
-    assert text.count("Correct!") == 2, text
+    # section 7: the control read back (seed 0 is stored), the solution's loop passed its check: step 1 equals TRL's
+    # on the same group and the final reward is above the control's by the margin
+    assert "the lr-0 control (stored in results/lesson08-trl-curve.json (seed 0))" in text, text
+    assert text.count("Correct! it takes the kit's steps") == 1, text
     assert "Step 1's gradient equals TRL's _compute_loss's on the same group" in text
-    assert f"{CI_LOOP_STEPS} steps in " in text and ": both rose;" in text, text
+    assert f"{CI_LOOP_STEPS} steps in " in text and ", above the margin" in text, text
     assert has_image(nb), "the reward curves were not plotted"
+    for who in ("base model (the control)", "after your loop"):
+        assert re.search(who + r"\s+format \d+%, accuracy \d+% \(4 held-out questions\)", text), who
 
 
 # ------------------------------------------------------------------------------------- Exercise 8.2: the GRPO loop
@@ -160,15 +168,20 @@ def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
 LOOP = E.nb08.grpo_train
 
 
-def right_loop(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0, mistake=None):
+def right_loop(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0, temperature=1.0,
+               mistake=None):
     """A student's loop written out (not the kit's reference_train), with the mistakes students make as switches."""
     params = [q for q in model.parameters() if q.requires_grad]
     curve = []
     for step in range(steps):
         batch = sample(step)
-        rewards = score(batch)
+        funcs = reward_funcs[:1] if mistake == "one reward" else reward_funcs
+        answer = None if mistake == "no answer" else batch["answer"]
+        scores = [f(prompts=batch["prompts"], completions=batch["completions"], answer=answer) for f in funcs]
+        rewards = [sum(s) for s in zip(*scores)]
         r = torch.tensor(rewards, dtype=torch.float32)
-        advantages = {"raw rewards": r, "not normalized": r - r.mean()}.get(mistake, (r - r.mean()) / (r.std() + 1e-4))
+        advantages = {"raw rewards": r, "not normalized": r - r.mean()}.get(
+            mistake, torch.tensor(advantages_fn(rewards), dtype=torch.float32))
         with torch.no_grad() if mistake == "no_grad" else contextlib.nullcontext():
             logps = grpo_math.completion_logps(model, batch, temperature=1.0 if mistake == "temperature" else temperature)
         if mistake == "detached":
@@ -197,6 +210,8 @@ LOOP_WRONG = {
     "sign flipped": ("sign", "LESS likely"),
     "advantages not normalized": ("not normalized", "not divided by the group's standard deviation"),
     "rewards as advantages": ("raw rewards", "rewards themselves were used as advantages"),
+    "only the first reward function": ("one reward", "only the first reward function was used"),
+    "gold answer not passed": ("no answer", "answer=batch['answer']"),
     "zero_grad missing": ("no zero_grad", "optimizer.zero_grad()"),
     "no gradient clipping": ("no clipping", "the gradient was not clipped"),
     "clipping at a fixed 1.0": ("fixed norm", "not a fixed 1.0"),
@@ -231,10 +246,14 @@ def test_every_known_loop_mistake_is_caught_on_some_hidden_run():
         parted = [nb08._parting(nb08._trace(nb08.reference_train, *c, mistake=mistake), nb08._trace(nb08.reference_train, *c))
                   for c in nb08.loop_cases()]
         assert any(p is not None for p in parted), mistake
+        named = [m for m in nb08.LOOP_MISTAKES if all(
+            nb08._parting(nb08._trace(nb08.reference_train, *c, mistake=mistake),
+                          nb08._trace(nb08.reference_train, *c, mistake=m)) is None for c in nb08.loop_cases())]
+        assert named == [mistake], (mistake, named)
 
 
 def test_loop_unanswered_and_not_a_function():
-    def placeholder(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0):
+    def placeholder(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0, temperature=1.0):
         raise NotImplementedError("Student exercise: ...")
 
     for answer in (None, placeholder):
@@ -242,75 +261,115 @@ def test_loop_unanswered_and_not_a_function():
     assert "pass the function itself" in LOOP.check(3).message
 
 
-def _stand_in_run(steps=4):
+def test_earlier_brings_04s_answers_printed_and_they_pass_04s_checks(capsys):
+    """08 trains with the student's 4.1 and 4.5: ex.earlier defines them from 04's solution cells and prints them."""
+    reward, advantages = E.nb08.earlier("my_correctness_reward"), E.nb08.earlier("my_advantages")
+    out = capsys.readouterr().out
+    assert "Exercise 4.1, my_correctness_reward" in out and "def my_advantages(rewards):" in out
+    assert E.nb04.my_correctness_reward.check(reward).passed and E.nb04.my_advantages.check(advantages).passed
+    assert reward(completions=["<answer>12</answer>", "<answer>7</answer>"], answer=["12", "12"]) == [2.0, 0.0]
+
+
+def _stand_in_run(steps=4, control=0.0, reward_funcs=None):
+    """The lesson's run on a stand-in model: the hidden run's groups, its two reward functions, a flat control."""
     case, settings, groups, rewards = E.nb08.loop_cases()[0]
-    model = E.nb08._tiny_lm(settings["seed"])
-    state = {}
 
     def sample(step):
-        state["step"] = step
-        return groups[step % len(groups)]
+        batch = dict(groups[step % len(groups)])
+        n = batch["completion_ids"].size(0)
+        return {**batch, "prompts": [None] * n, "answer": [E.nb08.GOLD] * n,
+                "completions": [f"step {step} completion {i}" for i in range(n)]}
 
-    def score(batch):
-        return rewards[state["step"] % len(rewards)]
-
-    return dict(model=model, sample=sample, score=score,
+    return dict(model=E.nb08._tiny_lm(settings["seed"]), sample=sample,
+                reward_funcs=reward_funcs or E.nb08.stand_in_rewards(rewards), advantages_fn=grpo_math.group_advantages,
+                control=[control] * steps,
                 settings={"steps": steps, "learning_rate": settings["lr"], "max_grad_norm": 1.0, "temperature": 1.0})
 
 
-def test_the_lessons_run_compares_step_one_with_trl_and_the_curve_with_trls(monkeypatch):
-    trl = {"curve": [0.1, 0.2, 0.3, 0.45, 0.5]}
-    monkeypatch.setattr(grpo_math, "trl_curve", lambda: trl)
-    result = LOOP.check(right_loop, run=_stand_in_run())
+def test_the_lessons_run_compares_step_one_with_trl_and_the_reward_with_the_control(monkeypatch):
+    monkeypatch.setattr(grpo_math, "rise_margin", lambda steps, record=None: 0.1)
+    result = LOOP.check(right_loop, run=_stand_in_run())  # the stand-in's last 3 groups average 0.6 against 0.0
     assert result.passed, result.message
-    assert len(result.curve) == 4 and result.trl_curve == trl["curve"]
+    assert len(result.curve) == 4 and result.versus["rose"] and result.versus["margin"] == 0.1
     assert re.search(r"Step 1's gradient equals TRL's _compute_loss's on the same group \(relative difference "
-                     r"\d\.\de[-+]\d+\); 4 steps in \d+ s\. Mean reward", result.message), result.message
+                     r"\d\.\de[-+]\d+\); 4 steps in \d+ s\. Your loop's final reward", result.message), result.message
 
-    def right_on_stand_ins_only(model, optimizer, sample, score, steps, **kw):  # the real run's loss is off by 2x
+    def right_on_stand_ins_only(model, optimizer, sample, reward_funcs, advantages_fn, steps, **kw):  # 2x off for real
         if steps == 4:
             kw["temperature"] = 0.5
-        return right_loop(model, optimizer, sample, score, steps, **kw)
+        return right_loop(model, optimizer, sample, reward_funcs, advantages_fn, steps, **kw)
 
     failed = LOOP.check(right_on_stand_ins_only, run=_stand_in_run())
     assert not failed.passed and "step 1's gradient differs from TRL's _compute_loss" in failed.message
-    assert failed.curve is None and failed.trl_curve == trl["curve"]  # the lesson still plots TRL's
+    assert failed.curve is None
 
 
-def test_compare_curves_says_whether_both_rose():
-    both = grpo_math.compare_curves([0.0, 0.1, 0.1, 0.4, 0.5, 0.5], [0.1, 0.1, 0.2, 0.5, 0.5, 0.5])
-    assert both["rise"] == pytest.approx(0.4, abs=1e-9) and "both rose" in both["text"]
-    assert "yours rose, TRL's did not" in grpo_math.compare_curves([0, 0, 0, 1, 1, 1], [1, 1, 1, 0, 0, 0])["text"]
+def test_a_loop_that_does_not_rise_above_the_control_is_refused_with_the_likely_cause(monkeypatch):
+    monkeypatch.setattr(grpo_math, "rise_margin", lambda steps, record=None: 0.1)
+    below = LOOP.check(right_loop, run=_stand_in_run(control=0.6))  # the same final reward as the control's
+    assert not below.passed and "not above the margin 0.100" in below.message and "did not learn" in below.message
+    assert "REWARDS" in below.message, below.message
+
+    def correctness_only(prompts=None, completions=None, answer=None, **kwargs):  # nobody right yet: no spread
+        return [0.0] * len(completions)
+
+    flat = LOOP.check(right_loop, run=_stand_in_run(control=0.0, reward_funcs=[correctness_only]))
+    assert not flat.passed and "4 of its 4 groups had no reward spread" in flat.message, flat.message
+    assert "score with the format rewards too" in flat.message
+
+    wrong_advantages = LOOP.check(right_loop, run={**_stand_in_run(), "advantages_fn": lambda r: [x - sum(r) / len(r)
+                                                                                                  for x in r]})
+    assert not wrong_advantages.passed and "advantages_fn is not TRL's advantages" in wrong_advantages.message
+    assert "divide by the group's std" in wrong_advantages.message or "std" in wrong_advantages.message
 
 
-def test_trl_curve_refuses_a_missing_or_stale_file_with_the_fix(tmp_path):
-    with pytest.raises(FileNotFoundError, match="scripts/lesson08_trl_curve.py"):
-        grpo_math.trl_curve(tmp_path / "none.json")
+def test_the_margin_is_twice_a_controls_noise_and_the_verdict_says_so():
+    record = {"loop_seeds": [{"control": [0.0, 0.2, 0.0, 0.2, 0.0, 0.2]}, {"control": [0.1] * 6}]}
+    margin = grpo_math.rise_margin(6, record)  # windows of 3: means 0.0667 or 0.1333 around 0.1 -> strays +-0.0333
+    assert margin == pytest.approx(2 * (0.5 * (1 / 30) ** 2) ** 0.5, rel=1e-6)
+    verdict = grpo_math.versus_control([0.0, 0.1, 0.2, 0.5, 0.5, 0.5], [0.1] * 6, margin)
+    assert verdict["rose"] and verdict["gain"] == pytest.approx(0.4) and "above the margin" in verdict["text"]
+    assert not grpo_math.versus_control([0.1] * 6, [0.1] * 6, margin)["rose"]
+
+
+def test_the_record_refuses_a_missing_or_stale_file_with_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="scripts/lesson08_trl_curve.py --seeds"):
+        grpo_math.loop_record(tmp_path / "none.json")
     stale = tmp_path / "stale.json"
-    stale.write_text(json.dumps({"settings": {**grpo_math.LOOP, "steps": 1}, "curve": [0.0]}))
-    with pytest.raises(ValueError, match="Fix: run `python scripts/lesson08_trl_curve.py` again"):
-        grpo_math.trl_curve(stale)
+    stale.write_text(json.dumps({"settings": {**grpo_math.LOOP, "steps": 1}, "loop_seeds": []}))
+    with pytest.raises(ValueError, match="Fix: run `python scripts/lesson08_trl_curve.py"):
+        grpo_math.loop_record(stale)
 
 
-def test_the_stored_trl_curve_matches_the_loops_settings_and_rose():
-    """results/lesson08-trl-curve.json: made by scripts/lesson08_trl_curve.py with grpo_math.LOOP, one reward per
-    step, and TRL's own run rose (the comparison the lesson states would be empty otherwise)."""
-    data = grpo_math.trl_curve()
-    assert len(data["curve"]) == grpo_math.LOOP["steps"]
-    assert grpo_math.compare_curves(data["curve"], data["curve"])["rise"] > 0
-    assert "--reward helpers.rewards:" + grpo_math.LOOP["reward"] in data["command"]
-
-
-def test_the_loops_steps_were_picked_from_seeds_on_which_it_rose():
-    """LOOP["steps"] is the N at which the lesson's loop (the kit's solution) rose on every seed tried
-    (scripts/lesson08_trl_curve.py --seeds, stored beside TRL's curve), so a correct student loop sees it rise."""
-    seeds = grpo_math.trl_curve()["loop_seeds"]
+def test_the_loop_learned_above_its_control_on_every_stored_seed_at_the_lessons_and_cis_steps():
+    """results/lesson08-trl-curve.json: the kit's loop (grpo_math.loop_run) and its lr-0 control on LOOP's settings, on
+    three seeds; each rose above its control by the margin the controls give, over the lesson's steps and over CI's
+    (the notebook test's LOOP_STEPS), so a correct student loop is refused only by bad luck."""
+    seeds = grpo_math.loop_record()["loop_seeds"]
     assert sorted(s["seed"] for s in seeds) == [0, 1, 2]
-    trl = grpo_math.trl_curve()["curve"]
     for run in seeds:
-        assert len(run["curve"]) == grpo_math.LOOP["steps"], run["seed"]
-        assert grpo_math.compare_curves(run["curve"], trl)["rise"] > 0.2, run["seed"]
-        assert grpo_math.compare_curves(run["curve"][:CI_LOOP_STEPS], trl)["rise"] > 0.05, run["seed"]  # CI's run
+        assert len(run["curve"]) == len(run["control"]) == grpo_math.LOOP["steps"], run["seed"]
+        for steps in (grpo_math.LOOP["steps"], CI_LOOP_STEPS):
+            verdict = grpo_math.versus_control(run["curve"][:steps], run["control"], grpo_math.rise_margin(steps))
+            assert verdict["rose"], (run["seed"], steps, verdict["text"])
+
+
+def test_the_stored_control_is_the_controls_own_rerun(monkeypatch):
+    """control_curve reads a recorded seed's control back (fully determined by the seed and LOOP) and runs any other
+    seed's with the sample it is given, scoring with the kit's rewards, no backward."""
+    stored = grpo_math.loop_record()["loop_seeds"][0]
+    curve, where = grpo_math.control_curve(stored["seed"], 3)
+    assert curve == stored["control"][:3] and "stored" in where
+    calls = []
+
+    def sample(step):
+        calls.append(step)
+        return {"prompts": [None] * 2, "completions": ["<answer>7</answer>", "no tags"], "answer": ["7", "7"]}
+
+    curve, where = grpo_math.control_curve(99, 2, sample)
+    assert calls == [0, 1] and "run here" in where and curve[0] == pytest.approx(sum(
+        sum(f(prompts=None, completions=["<answer>7</answer>", "no tags"], answer=["7", "7"])) for f in
+        grpo_math.loop_rewards()) / 2)
 
 
 def test_lesson_08_says_how_many_optimizer_steps_grpotrainer_takes_on_a_group():

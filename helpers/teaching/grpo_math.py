@@ -346,56 +346,81 @@ def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, l
     return trl_compute_loss(logps, old_logps, advantages, mask, config, ref_logps, max_completion_length)
 
 
-# ------------------------------------------------------------------------- lesson 08's loop: its settings, TRL's curve
-# One home for the loop's settings: the lesson's grpo_train runs with them, its check compares step 1 with TRL under
-# them, and scripts/lesson08_trl_curve.py ran TRL's GRPOTrainer with them to store TRL's reward curve beside it.
+# ------------------------------------------------------------------- lesson 08's loop: its settings, its measured seeds
+# One home for the loop's settings: the lesson's grpo_train runs with them, its check judges the rise against an lr-0
+# control under them, 05's exercise 5.5 reruns them with one setting changed, and scripts/lesson08_trl_curve.py
+# stored the kit's own loop (and its lr-0 control) on several seeds with them. The rewards are the kit's five (04's),
+# the correctness one being the student's 4.1 in the lesson: with correctness alone the small model's groups have no
+# spread (0 right answers in 48 sampled completions at the start, 2026-11-29), the format rewards give the signal.
 
 LOOP = {"num_generations": 8, "max_completion_length": 64, "temperature": 1.0, "learning_rate": 5e-4,
-        "max_grad_norm": 1.0, "steps": 12, "seed": 0, "reward": "tag_count_reward"}
-TRL_CURVE = "results/lesson08-trl-curve.json"
+        "max_grad_norm": 1.0, "steps": 12, "seed": 0,
+        "rewards": ["correctness_reward", "integer_answer_reward", "strict_format_reward", "soft_format_reward",
+                    "tag_count_reward"], "heldout": 16}
+TRL_CURVE = "results/lesson08-trl-curve.json"  # the loop's stored seeds (and TRL's curve when recorded)
+RECORD_FIX = "Fix: run `python scripts/lesson08_trl_curve.py --seeds 0,1,2` (about 3 minutes a seed on 2 cores)."
 
 
-def trl_curve(path=None) -> dict:
-    """TRL's GRPOTrainer's reward per step on LOOP's settings, as scripts/lesson08_trl_curve.py stored it; refused with
-    the fix when the file is missing or was made with other settings."""
+def loop_record(path=None) -> dict:
+    """The kit's loop on LOOP's settings, as scripts/lesson08_trl_curve.py stored it: loop_seeds, each seed's reward
+    curve and its lr-0 control's; refused with the fix when the file is missing or was made with other settings."""
     import json
     from pathlib import Path
 
     path = Path(path) if path is not None else Path(__file__).resolve().parents[2] / TRL_CURVE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: it holds TRL's reward curve for lesson 08's loop. Fix: run "
-                                "`python scripts/lesson08_trl_curve.py` (a few minutes on a CPU).")
+        raise FileNotFoundError(f"{path} is missing: it holds lesson 08's loop measured on several seeds. {RECORD_FIX}")
     data = json.loads(path.read_text())
     if data.get("settings") != LOOP:
-        raise ValueError(f"{path} was made with {data.get('settings')}, lesson 08's loop runs with {LOOP}. Fix: run "
-                         "`python scripts/lesson08_trl_curve.py` again.")
+        raise ValueError(f"{path} was made with {data.get('settings')}, lesson 08's loop runs with {LOOP}. "
+                         f"{RECORD_FIX}")
     return data
 
 
-def compare_curves(yours, trl, window: int | None = None) -> dict:
-    """How two reward curves rose: the mean of the first and of the last `window` steps of each (a quarter of the
-    steps, at least 3), and a sentence saying so."""
-    def ends(curve):
-        w = window or max(3, len(curve) // 4)
-        first, last = sum(curve[:w]) / len(curve[:w]), sum(curve[-w:]) / len(curve[-w:])
-        return first, last, last - first
-
-    (a, b, rise), (c, d, trl_rise) = ends(list(yours)), ends(list(trl))
-    both = "both rose" if rise > 0 and trl_rise > 0 else "yours rose, TRL's did not" if rise > 0 else (
-        "TRL's rose, yours did not" if trl_rise > 0 else "neither rose")
-    text = (f"Mean reward, first steps -> last steps: yours {a:.3f} -> {b:.3f} ({rise:+.3f}), TRL's GRPOTrainer on the "
-            f"same settings {c:.3f} -> {d:.3f} ({trl_rise:+.3f}): {both}; final means {abs(b - d):.3f} apart.")
-    return {"yours": (a, b), "trl": (c, d), "rise": rise, "trl_rise": trl_rise, "gap": abs(b - d), "text": text}
+def window(steps: int) -> int:
+    """How many last steps make a curve's final reward: a quarter of the steps, at least 3 (one group is noisy)."""
+    return max(3, steps // 4)
 
 
-def plot_curves(yours, trl, path=None, title: str = "Mean reward per step (the format reward)"):
-    """Your loop's reward curve beside TRL's GRPOTrainer's, on one axis."""
+def _mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
+
+
+def final_reward(curve) -> float:
+    """The mean reward of a curve's last window(len(curve)) steps."""
+    return _mean(curve[-window(len(curve)):])
+
+
+def rise_margin(steps: int, record: dict | None = None) -> float:
+    """How far above its lr-0 control a loop's final reward must be to count as learning, from the stored controls:
+    a run that does not learn is a control, so its final reward strays from the control's mean by a window's noise.
+    Twice the root mean square of that straying, over every window of every stored seed's control."""
+    record = loop_record() if record is None else record
+    k = window(steps)
+    strays = [_mean(c[w:w + k]) - _mean(c[:steps]) for c in (s["control"][:max(steps, k)] for s in record["loop_seeds"])
+              for w in range(len(c) - k + 1)]
+    return 2 * math.sqrt(_mean(x * x for x in strays))
+
+
+def versus_control(curve, control, margin: float) -> dict:
+    """Whether a loop's final reward rose above its lr-0 control's mean by the margin, and a sentence saying so."""
+    yours, base = final_reward(curve), _mean(control[:len(curve)])
+    rose = yours - base > margin
+    text = (f"Your loop's final reward (mean of its last {window(len(curve))} steps) {yours:.3f}, the lr-0 control's "
+            f"mean {base:.3f}: {yours - base:+.3f}, {'above' if rose else 'not above'} the margin {margin:.3f} "
+            "(twice the noise of a run that does not learn, from the stored seeds' controls).")
+    return {"yours": yours, "control": base, "gain": yours - base, "margin": margin, "rose": rose, "text": text}
+
+
+def plot_curves(yours, control, path=None, title: str = "Mean reward per step (the kit's five rewards, yours in 4.1's)"):
+    """Your loop's reward curve beside its learning-rate-0 control (the same sampling, no learning), on one axis."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if yours:
         ax.plot(range(1, len(yours) + 1), yours, marker="o", label="your grpo_train")
-    ax.plot(range(1, len(trl) + 1), trl, marker=".", linestyle="--", label="TRL's GRPOTrainer (stored run)")
+    ax.plot(range(1, len(control) + 1), control, marker=".", linestyle="--", label="learning rate 0 (control)")
     ax.set(xlabel="step", ylabel="mean reward of the group", title=title)
     ax.legend()
     fig.tight_layout()
@@ -437,13 +462,25 @@ def group_batch(prompt, completion_ids, eos_token_id) -> dict:
             "completion_ids": completion_ids, "completion_mask": completion_mask(completion_ids, eos_token_id)}
 
 
-def loop_tools(model, tokenizer, questions, seed: int = 0, settings: dict | None = None):
-    """(sample, score) for lesson 08's loop: sample(step) is a group of LOOP's size for question `step` (sampled with
-    seed * 1000 + step), score(batch) its format reward (LOOP's reward, from helpers.rewards), one per completion."""
+def loop_rewards(names=None) -> list:
+    """The kit's reward functions named in LOOP (helpers.rewards), in order."""
     from helpers import rewards
 
+    return [getattr(rewards, name) for name in (LOOP["rewards"] if names is None else names)]
+
+
+def total_rewards(batch, reward_funcs) -> list[float]:
+    """Each completion's reward: the sum of the reward functions, called as GRPOTrainer calls them."""
+    scores = [f(prompts=batch["prompts"], completions=batch["completions"], answer=batch["answer"])
+              for f in reward_funcs]
+    return [float(sum(s)) for s in zip(*scores)]
+
+
+def loop_tools(model, tokenizer, questions, seed: int = 0, settings: dict | None = None):
+    """sample(step) for lesson 08's loop: a group of LOOP's size for question `step` (sampled with seed * 1000 + step),
+    as a batch (prompt_ids, prompt_mask, completion_ids, completion_mask) with what a reward function reads:
+    prompts, completions (the decoded texts) and answer (the gold answer), one per completion."""
     s = {**LOOP, **(settings or {})}
-    reward = getattr(rewards, s["reward"])
 
     def sample(step):
         row = questions[int(step) % len(questions)]
@@ -451,9 +488,62 @@ def loop_tools(model, tokenizer, questions, seed: int = 0, settings: dict | None
                                                return_dict=True)
         ids = sample_group(model, tokenizer, prompt, seed * 1000 + int(step), s["num_generations"],
                            s["max_completion_length"], s["temperature"])
-        return group_batch(prompt, ids, tokenizer.eos_token_id)
+        batch = group_batch(prompt, ids, tokenizer.eos_token_id)
+        n = ids.size(0)
+        batch.update(prompts=[row["prompt"]] * n, completions=tokenizer.batch_decode(ids, skip_special_tokens=True),
+                     answer=[row["answer"]] * n)
+        return batch
 
-    def score(batch):
-        return reward(completions=tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True))
+    return sample
 
-    return sample, score
+
+def _loop_model(settings: dict, seed: int):
+    """The embedded model with a fresh adapter and sample() for LOOP's questions."""
+    from helpers.config import PRESETS
+    from helpers.data import training_questions
+    from helpers.model import load_cpu
+
+    p = PRESETS["cpu"]
+    model, tokenizer = load_cpu(p)
+    return model, tokenizer, loop_tools(model, tokenizer, training_questions(p, limit=settings["steps"]), seed, settings)
+
+
+def control_run(seed: int, settings: dict | None = None, sample=None) -> list[float]:
+    """The lr-0 control: the mean reward of each step's group when nothing learns (AdamW at learning rate 0 changes
+    nothing, so only the groups are sampled and scored: no backward). sample: the lesson's, before its loop ran."""
+    s = {**LOOP, **(settings or {})}
+    if sample is None:
+        sample = _loop_model(s, seed)[2]
+    rewards = loop_rewards()
+    return [_mean(total_rewards(sample(step), rewards)) for step in range(s["steps"])]
+
+
+def control_curve(seed: int, steps: int, sample=None) -> tuple[list[float], str]:
+    """(the lr-0 control's curve for `steps` steps of seed, where it comes from): stored for the recorded seeds
+    (fully determined by the seed and LOOP), else run here with `sample` (no backward: about 6 s a step on 2 cores)."""
+    try:
+        stored = {s["seed"]: s["control"] for s in loop_record()["loop_seeds"]}
+    except (FileNotFoundError, ValueError):
+        stored = {}
+    if len(stored.get(seed, [])) >= steps:
+        return stored[seed][:steps], f"stored in {TRL_CURVE} (seed {seed})"
+    return control_run(seed, {"steps": steps}, sample), "run here (no backward: the model does not change)"
+
+
+def loop_run(seed: int, changes: dict | None = None) -> dict:
+    """The engine of lesson 08's loop and 05's rerun: the kit's loop (nb08.reference_train) from the base model and
+    a fresh adapter on LOOP's settings with `changes`, the kit's rewards and advantages. The curve and the wall time."""
+    import time
+
+    import torch
+
+    from helpers.teaching.exercises.nb08 import reference_train
+
+    s = {**LOOP, **(changes or {})}
+    model, _tokenizer, sample = _loop_model(s, seed)
+    optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=s["learning_rate"],
+                                  weight_decay=0.0)
+    start = time.perf_counter()
+    curve = reference_train(model, optimizer, sample, loop_rewards(), group_advantages, s["steps"],
+                            max_grad_norm=s["max_grad_norm"], temperature=s["temperature"])
+    return {"seed": seed, "changes": dict(changes or {}), "curve": curve, "wall_s": round(time.perf_counter() - start, 1)}

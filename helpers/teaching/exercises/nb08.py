@@ -1,7 +1,8 @@
 """Lesson 08 one GRPO step: policy_loss, checked (value and gradient) against TRL's own GRPOTrainer._compute_loss
 (helpers.teaching.grpo_math.trl_loss) on hidden batches and on the lesson's own batch; then grpo_train, the loop,
-checked step by step against the kit's loop on tiny stand-in models (each known mistake named), then run for real:
-its first step's gradient against TRL's loss on the same group, its reward curve beside TRL's GRPOTrainer's."""
+checked step by step against the kit's loop on tiny stand-in models (each known mistake named), then run for real
+with the student's 4.1 reward and 4.5 advantages: its first step's gradient against TRL's loss on the same group, its
+final reward against a learning-rate-0 control by a margin the stored seeds measured."""
 
 from __future__ import annotations
 
@@ -169,18 +170,41 @@ policy_loss = _LossExercise(
     success="it equals TRL's GRPOTrainer._compute_loss, value and gradient, on every hidden batch.")
 
 
+# Lesson 08 trains with the student's answers of 04 (4.1's reward, 4.5's advantages): earlier() brings an earlier
+# lesson's answer the way d2l's #@save does, the code as the lesson's solution cell wrote it (registry.json, one home),
+# printed and defined here; the student pastes theirs over the line to train with their own.
+
+EARLIER_SCOPE = "answer_from (helpers.rewards.answer_of, the kit's tested twin of 04's), answers_match, completion_text"
+
+
+def earlier(name: str):
+    """The answer `name` of an earlier lesson's exercise, as its solution cell wrote it: printed, then defined with
+    EARLIER_SCOPE's names and math (what 04's cells had imported), and returned."""
+    from helpers import rewards
+    from helpers.teaching.exercises import registry
+
+    entry = registry.find(name)
+    print(f"Exercise {entry['number']}, {name}, as 04's solution cell wrote it (paste yours over this line to use "
+          f"your own):\n{entry['solution']}\n")
+    scope = {"answer_from": rewards.answer_of, "answers_match": rewards.answers_match,
+             "completion_text": rewards.completion_text, "math": math}
+    exec(compile(entry["solution"], f"<exercise {entry['number']}>", "exec"), scope)  # noqa: S102 - the kit's own cell
+    return scope[name]
+
+
 # The loop's truth is reference_train: the loop written once, with TRL's own loss (grpo_math.trl_loss), and each
 # known mistake as a switch. A student's grpo_train is run beside it on tiny stand-in models (every gradient and every
 # parameter after every step compared); where they part, the mistake whose trace the student's matches is named.
 
 LOOP_MISTAKES = {
     "sign": "the update went the wrong way, the rewarded completions became LESS likely: minimise the policy loss "
-            "(loss.backward(), then optimizer.step()) with advantages = grpo_math.group_advantages(rewards), not "
-            "their negative",
+            "(loss.backward(), then optimizer.step()) with advantages = advantages_fn(rewards), not their negative",
     "not normalized": "the advantages were not divided by the group's standard deviation (reward minus the mean only,"
-                      " TRL's scale_rewards='none'): TRL's default scales each group, grpo_math.group_advantages(rewards)",
-    "raw rewards": "the rewards themselves were used as advantages: subtract the group's mean and divide by its std "
-                   "(grpo_math.group_advantages(rewards)), or a group where every completion scored 0.5 pushes them all up",
+                      " TRL's scale_rewards='none'): use advantages_fn(rewards), your my_advantages of 4.5",
+    "raw rewards": "the rewards themselves were used as advantages: advantages = advantages_fn(rewards) (reward minus "
+                   "the group's mean over its std), or a group where every completion scored 0.5 pushes them all up",
+    "one reward": "only the first reward function was used: a completion's reward is the SUM of every function in "
+                  "reward_funcs, each called on the whole group",
     "no zero_grad": "the gradients piled up from step to step: call optimizer.zero_grad() in every step before "
                     "loss.backward(), or each step re-applies every earlier step's gradient",
     "no clipping": "the gradient was not clipped: torch.nn.utils.clip_grad_norm_(params, max_grad_norm) between "
@@ -192,19 +216,20 @@ LOOP_MISTAKES = {
 }
 
 
-def reference_train(model, optimizer, sample, score, steps, max_grad_norm=1.0, temperature=1.0, mistake=None):
+def reference_train(model, optimizer, sample, reward_funcs, advantages_fn, steps, max_grad_norm=1.0, temperature=1.0,
+                    mistake=None):
     """The loop as the kit writes it, TRL's loss on each step's group (or with one of LOOP_MISTAKES)."""
     import torch
 
-    from helpers.teaching.grpo_math import completion_logps, trl_loss
+    from helpers.teaching.grpo_math import completion_logps, total_rewards, trl_loss
 
     params = [q for q in model.parameters() if q.requires_grad]
     curve = []
     for step in range(steps):
         batch = sample(step)
-        rewards = [float(r) for r in score(batch)]
-        adv = rewards if mistake == "raw rewards" else group_advantages(
-            rewards, scale="none" if mistake == "not normalized" else "group")
+        rewards = total_rewards(batch, reward_funcs[:1] if mistake == "one reward" else reward_funcs)
+        adv = (rewards if mistake == "raw rewards" else group_advantages(rewards, scale="none")
+               if mistake == "not normalized" else advantages_fn(rewards))
         advantages = torch.tensor(adv, dtype=torch.float32) * (-1.0 if mistake == "sign" else 1.0)
         logps = completion_logps(model, batch, temperature=1.0 if mistake == "temperature ignored" else temperature)
         loss = trl_loss(logps, logps.detach(), advantages, batch["completion_mask"])
@@ -329,6 +354,31 @@ def _call_loop(case, fn, *args, **kwargs):
         raise
 
 
+GOLD = "7"  # the stand-in runs' gold answer
+NO_ANSWER = ("a reward function got answer=None: call each as GRPOTrainer does, f(prompts=batch['prompts'], "
+             "completions=batch['completions'], answer=batch['answer']) (4.1's correctness reward compares with it)")
+
+
+def stand_in_rewards(rewards):
+    """Two reward functions for a stand-in run, called as GRPOTrainer calls them: the first pays the case's reward of
+    each completion ("step k completion i"), the second 0.5 to every third completion; it needs the gold answer, as
+    4.1's does (a loop that drops a function shows in its gradients, one that drops the answer is told so)."""
+    def index(text):
+        step, i = (int(w) for w in text.split()[1::2])
+        return step, i
+
+    def case_reward(prompts=None, completions=None, answer=None, **kwargs):
+        return [float(rewards[step % len(rewards)][i]) for step, i in map(index, completions)]
+
+    def answer_reward(prompts=None, completions=None, answer=None, **kwargs):
+        if answer is None:
+            raise TypeError(NO_ANSWER)
+        return [0.5 if gold == GOLD and (step + i) % 3 == 0 else 0.0
+                for (step, i), gold in zip(map(index, completions), answer)]
+
+    return [case_reward, answer_reward]
+
+
 def _trace(fn, case, settings, groups, rewards, mistake=None):
     """Run a loop (the student's, or reference_train with `mistake`) on a fresh stand-in: what it did, step by step."""
     import torch
@@ -339,16 +389,18 @@ def _trace(fn, case, settings, groups, rewards, mistake=None):
 
     def sample(step):
         sampled.append(step)
-        return {k: v.clone() for k, v in groups[int(step) % len(groups)].items()}
+        batch = {k: v.clone() for k, v in groups[int(step) % len(groups)].items()}
+        n = batch["completion_ids"].size(0)
+        batch.update(prompts=[[{"role": "user", "content": "a stand-in question"}]] * n, answer=[GOLD] * n,
+                     completions=[f"step {int(step)} completion {i}" for i in range(n)])
+        return batch
 
-    def score(batch):
-        return list(rewards[int(sampled[-1]) % len(rewards)]) if sampled else [0.0] * batch["completion_ids"].size(0)
-
+    args = (model, optimizer, sample, stand_in_rewards(rewards), group_advantages, settings["steps"])
     kwargs = dict(max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
     if fn is reference_train:
-        curve = reference_train(model, optimizer, sample, score, settings["steps"], mistake=mistake, **kwargs)
+        curve = reference_train(*args, mistake=mistake, **kwargs)
     else:
-        curve = _call_loop(case, fn, model, optimizer, sample, score, settings["steps"], **kwargs)
+        curve = _call_loop(case, fn, *args, **kwargs)
     recorder.remove()
     return {"curve": curve, "sampled": sampled, "raw": recorder.raw, "used": recorder.used, "after": recorder.after}
 
@@ -385,9 +437,9 @@ def _judge_loop_case(fn, case, settings, groups, rewards):
         step, what = parted
         why = next((text for mistake, text in LOOP_MISTAKES.items()
                     if _parting(got, _trace(reference_train, case, settings, groups, rewards, mistake)) is None),
-                   f"{_PARTED[what]}; each step: batch = sample(step), rewards = score(batch), advantages = "
-                   "grpo_math.group_advantages(rewards), logps = grpo_math.completion_logps(model, batch, temperature),"
-                   " the loss with old_logps = logps.detach(), optimizer.zero_grad(), loss.backward(), "
+                   f"{_PARTED[what]}; each step: batch = sample(step), rewards = the sum of every reward function on "
+                   "the group, advantages = advantages_fn(rewards), logps = grpo_math.completion_logps(model, batch, "
+                   "temperature), the loss with old_logps = logps.detach(), optimizer.zero_grad(), loss.backward(), "
                    "clip_grad_norm_(params, max_grad_norm), optimizer.step()")
         raise Fail(case, f"on {case} your loop parts from the kit's (TRL's loss) at step {step + 1}: {why}.")
     curve = got["curve"]
@@ -398,44 +450,57 @@ def _judge_loop_case(fn, case, settings, groups, rewards):
                          f"step's group, a list of {steps} numbers ({[round(m, 4) for m in means]} here).")
 
 
+def _no_spread(rewards) -> bool:
+    return max(rewards) - min(rewards) < 1e-9
+
+
 def _run_for_real(fn, run: dict) -> dict:
-    """The student's loop on the lesson's model: step 1's gradient compared with TRL's _compute_loss on the group it
-    sampled (one extra forward and backward), then every step; the curve and the wall time."""
+    """The student's loop on the lesson's model, with the student's rewards and advantages: step 1's advantages
+    compared with TRL's formula and its gradient with TRL's _compute_loss on the group it sampled (one extra forward
+    and backward), then every step; then the curve against the lr-0 control (run["control"], same seed and settings):
+    a final reward not above the control's by the margin the stored seeds give is refused, its likely cause named."""
     import time
 
     import torch
 
     from helpers.messages import say
-    from helpers.teaching.grpo_math import LOOP, completion_logps, trl_loss
+    from helpers.teaching import grpo_math
+    from helpers.teaching.grpo_math import LOOP, completion_logps, total_rewards, trl_loss
+
+    from helpers.teaching.exercises import nb04
 
     model, settings = run["model"], {**LOOP, **run.get("settings", {})}
+    funcs, advantages_fn = list(run["reward_funcs"]), run["advantages_fn"]
+    four_five = nb04.my_advantages.check(advantages_fn)  # before minutes of training: 4.5's own check
+    if not four_five.passed:
+        raise Fail("the lesson's run", f"advantages_fn is not TRL's advantages; exercise {nb04.my_advantages.number}'s "
+                                       f"check says: {four_five.message} Pass your my_advantages once it passes (the "
+                                       "lesson passes grpo_math.group_advantages until then).")
     params = [q for q in model.parameters() if q.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings["learning_rate"], weight_decay=0.0)
-    seen, first = {}, {}
+    seen, first, flat = {}, {}, []
 
     def sample(step):
         seen["batch"] = run["sample"](step)
-        return seen["batch"]
-
-    def score(batch):
-        seen["rewards"] = [float(r) for r in run["score"](batch)]
-        seen["step"] = seen.get("step", 0) + 1
-        say(f"your loop, group {seen['step']} of {settings['steps']}: mean reward "
+        seen["rewards"] = total_rewards(seen["batch"], funcs)
+        flat.append(_no_spread(seen["rewards"]))
+        say(f"your loop, group {len(flat)} of {settings['steps']}: mean reward "
             f"{sum(seen['rewards']) / len(seen['rewards']):.3f}")
-        return seen["rewards"]
+        return seen["batch"]
 
     def on_step(_recorder, raw):
         if first or "rewards" not in seen:
             return
+        want = group_advantages(seen["rewards"])
         logps = completion_logps(model, seen["batch"], temperature=settings["temperature"])
-        adv = torch.tensor(group_advantages(seen["rewards"]), dtype=torch.float32)
-        truth = trl_loss(logps, logps.detach(), adv, seen["batch"]["completion_mask"])
+        truth = trl_loss(logps, logps.detach(), torch.tensor(want, dtype=torch.float32),
+                         seen["batch"]["completion_mask"])
         trl = _flat(torch.autograd.grad(truth, params, allow_unused=True), params)
         first["difference"] = float((raw - trl).norm() / trl.norm().clamp(min=1e-12))
 
     recorder, start = _Recorder(model, optimizer, on_step), time.perf_counter()
     try:
-        curve = _call_loop("the lesson's run", fn, model, optimizer, sample, score, settings["steps"],
+        curve = _call_loop("the lesson's run", fn, model, optimizer, sample, funcs, advantages_fn, settings["steps"],
                            max_grad_norm=settings["max_grad_norm"], temperature=settings["temperature"])
     finally:
         recorder.remove()
@@ -444,7 +509,20 @@ def _run_for_real(fn, run: dict) -> dict:
         raise Fail("the lesson's run", f"on the lesson's model, step 1's gradient differs from TRL's _compute_loss on "
                                        f"the same group by {first['difference']:.2%}: compute the loss on "
                                        "completion_logps(model, batch, temperature) of the batch sample(step) returned.")
-    return {"curve": [float(c) for c in curve], "wall_s": wall, "first_step_difference": first.get("difference")}
+    curve = [float(c) for c in curve]
+    verdict = grpo_math.versus_control(curve, run["control"], grpo_math.rise_margin(len(curve)))
+    if not verdict["rose"]:
+        names = [getattr(f, "__name__", repr(f)) for f in funcs]
+        why = (f"{sum(flat)} of its {len(flat)} groups had no reward spread (every completion scored the same, so "
+               f"every advantage was 0 and the step taught nothing) with reward_funcs {names}: score with the format "
+               "rewards too, REWARDS = [my_correctness_reward, *the kit's four format rewards], as the lesson does"
+               if sum(flat) * 2 >= len(flat) else
+               f"the loop is the kit's step for step, so look at what it was given: reward_funcs {names} (the lesson's "
+               f"REWARDS), the settings {settings['steps']} steps at learning rate {settings['learning_rate']:g} "
+               f"(grpo_math.LOOP's were measured to learn: {LOOP['steps']} steps at {LOOP['learning_rate']:g}); "
+               "a run that rose by chance less than the margin passes on another SEED")
+        raise Fail("the lesson's run", f"{verdict['text']} Your loop did not learn: {why}.")
+    return {"curve": curve, "wall_s": wall, "first_step_difference": first.get("difference"), "versus": verdict}
 
 
 def _judge_loop(fn, run=None, outcome=None):
@@ -457,28 +535,26 @@ def _judge_loop(fn, run=None, outcome=None):
 
 
 class _LoopExercise(Exercise):
-    """check(answer, run=dict(model=, sample=, score=)) also runs the loop on the lesson's model for real once the
-    hidden cases pass: result.curve (the mean reward per step), result.trl_curve (TRL's GRPOTrainer's, stored) and a
-    sentence comparing them."""
+    """check(answer, run=dict(model=, sample=, reward_funcs=, advantages_fn=, control=, settings=)) also runs the
+    loop on the lesson's model for real once the hidden cases pass: result.curve (the mean reward per step) and
+    result.versus (how its final reward compares with the lr-0 control's)."""
 
     def check(self, answer=MISSING, run=None) -> CheckResult:
-        from helpers.teaching.grpo_math import compare_curves, trl_curve
-
         outcome: dict = {}
         result = super().check(answer, run=run, outcome=outcome)
-        result.curve = outcome.get("curve")
-        result.trl_curve = trl_curve()["curve"] if run is not None else None  # the lesson plots it, passed or not
+        result.curve, result.versus = outcome.get("curve"), outcome.get("versus")
         if result.passed and result.curve is not None:
             result.message += (f" Step 1's gradient equals TRL's _compute_loss's on the same group (relative "
                                f"difference {outcome['first_step_difference'] or 0:.1e}); {len(result.curve)} steps in "
-                               f"{outcome['wall_s']:.0f} s. " + compare_curves(result.curve, result.trl_curve)["text"])
+                               f"{outcome['wall_s']:.0f} s. " + result.versus["text"])
         return result
 
 
 grpo_train = _LoopExercise(
     LESSON, "grpo_train",
     hint=("One iteration of the for loop is section 2 to 5 of this lesson on a new group: batch = sample(step); "
-          "rewards = score(batch); advantages from grpo_math.group_advantages; logps with "
+          "rewards: for each completion the sum of f(prompts=batch['prompts'], completions=batch['completions'], "
+          "answer=batch['answer']) over reward_funcs; advantages = advantages_fn(rewards) as a tensor; logps with "
           "grpo_math.completion_logps(model, batch, temperature=temperature); your policy_loss with "
           "old_logps = logps.detach() (the ratio is 1 on a fresh group).",
           "Then the update, in this order: optimizer.zero_grad(); loss.backward(); "
