@@ -32,12 +32,13 @@ ELSEWHERE = {  # what a refusal of these TRL flags adds: where the kit does what
 
 @functools.cache
 def _trl_parser():
-    """TRL's TrlParser, its modules then dropped from sys.modules (the class lives on): the GPU path imports Unsloth
-    later, which must come before TRL and looks for it there. The import loads no trainer, transformers or torch."""
-    before = set(sys.modules)
+    """TRL's TrlParser; when this import brought TRL in, its modules are dropped from sys.modules again (the class
+    lives on): the GPU path imports Unsloth later, which must come before TRL and looks for it there. The import loads
+    no trainer, transformers or torch (tests/test_validation_early.py)."""
+    fresh = "trl" not in sys.modules
     from trl.scripts.utils import TrlParser
 
-    for name in {m for m in sys.modules if m.split(".")[0] == "trl"} - before:
+    for name in [m for m in sys.modules if fresh and m.split(".")[0] == "trl"]:
         del sys.modules[name]
     return TrlParser
 

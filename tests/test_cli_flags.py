@@ -3,6 +3,9 @@ type, run through the parser and checked against the value the run then holds. A
 of parser fails here."""
 
 import os
+import subprocess
+import sys
+import textwrap
 import typing
 from dataclasses import fields
 from pathlib import Path
@@ -13,6 +16,8 @@ from helpers import train
 from helpers.backend import Backend
 from helpers.config import Preset, get_preset
 from helpers.run.options import RunOptions
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # One text per annotated type of a Preset field, and the value the preset then holds.
 TEXT_AND_VALUE = {int: ("7", 7), float: ("0.25", 0.25), float | None: ("0.25", 0.25), str: ("abc", "abc"),
@@ -136,3 +141,20 @@ def test_none_unsets_an_optional_field():
     """`--gpu-memory-utilization none` was ignored before TRL's parser (the preset's 0.3 stayed)."""
     assert _resolved("--preset", "t4", "--gpu-memory-utilization", "none")[0].gpu_memory_utilization is None
     assert _resolved("--preset", "8xh100-qwen7b-lora", "--train-gpus=none")[0].train_gpus is None
+
+
+def test_trls_parser_leaves_trl_out_of_sys_modules_when_it_brought_it_in():
+    """On the GPU path Unsloth is imported after the parse, must come before TRL, and looks for 'trl' in sys.modules
+    (it warns otherwise): parsing takes TRL out again when it brought it in, and leaves a TRL imported earlier be."""
+    code = textwrap.dedent("""
+        import sys
+        from helpers import cli, train
+        train.parse_args(["--max-steps", "3"])
+        after_parse = sorted(m for m in sys.modules if m.split(".")[0] == "trl")
+        import trl
+        cli._trl_parser.cache_clear()
+        train.parse_args([])
+        print(after_parse, sys.modules["trl"] is trl, "trl.scripts.utils" in sys.modules)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["[]", "True", "True"], r.stderr[-2000:]
