@@ -88,9 +88,9 @@ def add_fields(parser, title: str, cls, only=None, skip=("name",), description=N
         for action in actions:
             action.default = default
             action.option_strings.sort(key=lambda s: "_" in s[2:])  # dashed first: in usage and argparse's errors
-        if len(actions) == 2:
-            actions[0].negated, actions[1].help = [s for s in actions[1].option_strings if "_" not in s[2:]], \
-                argparse.SUPPRESS
+        if len(actions) == 2:  # usage: [--x [BOOL]]
+            actions[0].negated = [s for s in actions[1].option_strings if "_" not in s[2:]]
+            actions[0].metavar, actions[1].help = "BOOL", argparse.SUPPRESS
 
 
 def given_fields(args: argparse.Namespace, cls) -> dict:
