@@ -514,7 +514,7 @@ def _synthetic(questions: set[str]) -> set[str]:
     """Those of the questions helpers.data.make_problem writes: its every draw, level by level (the cheap ones
     first), until all are found."""
     found = set()
-    for level in (1, 3, 2):
+    for level in (1, 3, 2) if questions else ():
         lo, hi = data._RANGES[1 if level == 3 else level]
         draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *([range(2, 10)] if level == 3 else [])]
         found |= {q for op in data.OPERATIONS for combo in itertools.product(*draws)
@@ -526,11 +526,8 @@ def _synthetic(questions: set[str]) -> set[str]:
 
 def _judge_questions(t: dict) -> None:
     """No question the script trained on is one of the kit's held-out synthetic questions (helpers.data.split_of)."""
-    questions = t.get("questions") or []
-    names = tuple(f"{n} " for n in data._NAMES)
-    candidates = {q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}
-    heldout = _synthetic(candidates) if candidates else set()
-    if heldout:
+    questions, names = t.get("questions") or [], tuple(f"{n} " for n in data._NAMES)  # a synthetic one's first word
+    if heldout := _synthetic({q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}):
         n = sum(q in heldout for q in questions)
         raise CapstoneError(
             f"{n} of the {len(questions)} questions your script trains on are from the held-out split, the questions "
@@ -593,9 +590,8 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
     """Measured here, on the saved adapter: it is not its initialisation (peft starts every LoRA B at zero), it loads
     on its base model, and the completions the run scored moved the way their advantages say."""
     if not any(abs(w).max() > 0 for w in weights.values()):
-        raise CapstoneError("the saved adapter is its initialisation: every LoRA B matrix is zero, as peft creates it, "
-                            "so it changes nothing. Fix: save the model after trainer.train() has trained it: "
-                            "model.save_pretrained(f\"{args.output_dir}/adapter\").")
+        raise CapstoneError("the saved adapter is its initialisation: every LoRA B matrix is zero, as peft creates it. "
+                            "Fix: save the model after trainer.train(): model.save_pretrained(f\"{args.output_dir}/adapter\").")
     from helpers.teaching.grpo_math import group_advantages  # TRL's arithmetic, recomputed from the rewards
 
     groups, w = [], t.get("reward_weights") or []

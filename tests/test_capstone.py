@@ -582,7 +582,7 @@ VERDICTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(VERDICTS))
-def test_student_scripts_get_the_right_verdict(name, own_tmp):
+def test_student_scripts_get_the_right_verdict(name):
     """TRL 1.15 for real, 2 CPU steps each (30-130 s; the refusals of the pipeline in seconds): loss types, gradient
     accumulation, steps_per_generation, num_iterations, beta=0.04 (TRL's frozen `ref` adapter beside the trained one),
     a subclassed trainer and code inside main() pass; a forged record, a reward blind to the completion, held-out
@@ -594,7 +594,6 @@ def test_student_scripts_get_the_right_verdict(name, own_tmp):
         assert phrase in result.message, (phrase, result.message)
     if passed:
         assert result.details["agreement"] >= capstone.AGREEMENT and result.details["direction"] > 0
-    assert not any(own_tmp.iterdir())
 
 
 def test_reference_solution_is_about_fifty_lines_of_real_calls():
