@@ -542,9 +542,7 @@ def _load_adapter(adapter: Path):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # "Loading weights": the checker's own lines say what it does
     base_name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
     gpu = torch.cuda.is_available()
     base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch.float32 if gpu else torch.float64)

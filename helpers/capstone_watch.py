@@ -405,8 +405,10 @@ def _probe(trainer, folder: Path) -> dict:
         row = dict(trainer.train_dataset[0])
         chat = not isinstance(row.get("prompt"), str)
         completions = [[{"role": "assistant", "content": c["text"]}] if chat else c["text"] for c in cases]
-        columns = {k: [v] * len(cases) for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
-        columns["answer"] = [c["gold"] for c in cases]
+        golds = [c["gold"] for c in cases]  # in `answer`, and in any column of the row that holds a number (its gold)
+        columns = {k: golds if re.fullmatch(r"\s*-?\$?[\d,]+(\.\d+)?\s*", str(v)) else [v] * len(cases)
+                   for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
+        columns["answer"] = golds
         prompts = [row.get("prompt")] * len(cases)
         scores = {}
         for func in getattr(trainer, "reward_funcs", None) or []:

@@ -518,6 +518,18 @@ def test_a_reward_that_fails_on_04s_completions_names_how_it_is_called(tmp_path,
              "(ZeroDivisionError", "answer= (04's gold answer)")
 
 
+def test_the_gold_answer_reaches_a_reward_under_the_column_name_the_dataset_uses(tmp_path, fake_trl):
+    """The checker puts 04's gold answer in `answer` and in every column of the dataset's rows that holds a number:
+    a reward that reads its gold from a column named `gold` (7 in the row) is judged on the gold of 04's completions."""
+    code = GOOD.replace("def my_reward(prompts, completions, answer, **kwargs):",
+                        "def my_reward(prompts, completions, answer=None, gold=None, **kwargs):\n"
+                        "    answer = gold or answer").replace(
+        "GRPOTrainer(model=model,", "GRPOTrainer(train_dataset=[{'prompt': [{'role': 'user', 'content': 'q'}], 'gold': '7'}], "
+        "model=model,")
+    result = capstone.check(_script(tmp_path, code))
+    assert result.passed, repr(result)
+
+
 def test_training_on_held_out_questions_is_refused(tmp_path, fake_trl):
     """helpers.data.split_of decides the synthetic splits: a training question from "heldout" is refused; GSM8K-like
     text that split_of happens to hash to "heldout" is not a kit question, and passes."""
