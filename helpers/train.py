@@ -24,7 +24,7 @@ import yaml
 from helpers import runtime as rt
 from helpers.cli import add_fields, given_fields, make_parser
 from helpers.config import Preset, PresetError, get_preset
-from helpers.run import guard
+from helpers.run import extensions, guard
 from helpers.run.folder import RunDirError, plan_folder
 from helpers.run.options import RunOptions
 from helpers.run.reward_specs import resolve_rewards, try_rewards
@@ -99,14 +99,15 @@ def _checked(argv):
     if args.print_config:
         print(json.dumps(resolved_config(preset, options), indent=2))
         return None
-    # several processes under accelerate launch: the batch is checked against their count (WORLD_SIZE, as
-    # helpers.run.distributed.process_info reads it; that module imports transformers)
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    # several processes (accelerate launch's WORLD_SIZE) only through the lab's wrapper, lab.scale_out: without it
+    # extensions.processes refuses them here, before TRL; the batch is checked against their count
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if extensions.hooks("processes") else \
+        extensions.processes().world_size
     if preset.num_processes > 1 and world_size == 1:
         raise PresetError(
             f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
             f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
-            f"{preset.num_processes} -m helpers.train ... (docs/scale-out.md), or --num-processes 1")
+            f"{preset.num_processes} -m lab.scale_out ... (lab/docs/scale-out.md), or --num-processes 1")
     runtime = rt.detect()  # once: run_all gets it too
     guard.check_before_loading(preset, runtime, num_processes=world_size,
                                options=options)  # on the GPU path this imports Unsloth, before TRL
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as err:
         signum = next((a for a in err.args if isinstance(a, signal.Signals)), signal.SIGINT)
         how = "Ctrl-C" if signum == signal.SIGINT else signum.name  # stderr, as a command's refusals are
-        print(f"\n[grpo-kit] stopped by {how}; run the same command again to continue this run", file=sys.stderr)
+        print(f"\nstopped by {how}; run the same command again to continue this run", file=sys.stderr)
         return 128 + int(signum)
     finally:
         for s, handler in answered.items():

@@ -61,3 +61,17 @@ def test_what_an_extension_plugs_in_reaches_the_steps(tmp_path):
     assert ("prepare_trainer", True) in recorder.seen
     extensions.clear()
     assert extensions.hooks("summary") == [] and isinstance(extensions.processes(), extensions.OneProcess)
+
+
+def test_the_command_line_refuses_a_launchers_processes_before_trl(tmp_path, monkeypatch, capsys):
+    """`accelerate launch -m helpers.train` (not the lab's wrapper): refused by main() with the command to use, exit 2,
+    before the rewards are tried, the folder claimed or TRL's trainer imported."""
+    import sys
+
+    from helpers import train
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delitem(sys.modules, "trl.trainer.grpo_trainer", raising=False)
+    assert train.main(["--preset", "cpu", "--run-dir", str(tmp_path / "run"), "--max-steps", "1"]) == 2
+    assert "-m lab.scale_out" in capsys.readouterr().err and not (tmp_path / "run").exists()
+    assert "trl.trainer.grpo_trainer" not in sys.modules
