@@ -6,8 +6,8 @@
 # 05 let `GRPOTrainer` take the steps. Here you take one yourself, every part in plain sight: sample a group of
 # completions of one question with `model.generate`, score them, turn the rewards into advantages, write the loss,
 # take one optimizer step, and watch the probability of the rewarded completions go up and the others go down.
-# The reward is yours (exercise 4.1's correctness reward, with the kit's four format rewards) and so are the
-# advantages (4.5). Then you write the loop that repeats that step on new groups, and watch the reward rise above a
+# The reward is yours (exercise {{exercise.my_correctness_reward}}'s correctness reward, with the kit's four format
+# rewards) and so are the advantages (exercise {{exercise.my_advantages}}). Then you write the loop that repeats that step on new groups, and watch the reward rise above a
 # control run that cannot learn (learning rate 0); the held-out questions say what it learned.
 #
 # It uses the embedded SmolLM2-135M with a LoRA adapter, on the CPU, on **any** runtime (a GPU one included), so
@@ -19,7 +19,7 @@
 # - Build the completion mask TRL builds: every token up to and including the first end-of-sequence token.
 # - Write the token-level clipped policy loss yourself, checked against TRL's `GRPOTrainer._compute_loss`.
 # - See one optimizer step move each completion's log-probability in the direction of its advantage.
-# - Write the GRPO training loop yourself, with your 4.1 reward and 4.5 advantages, and tell learning from luck: the
+# - Write the GRPO training loop yourself, with your reward and advantages of 04, and tell learning from luck: the
 #   reward rises above a learning-rate-0 control by more than the control's own noise; held-out format and accuracy.
 #
 # **Expected time on a Colab CPU runtime:** the CPU-stack install (about a minute, estimate) plus about a minute
@@ -110,10 +110,10 @@ def sample_group(seed):
 # %% [markdown]
 # ## 2. Score the group with your reward, and resample a group with no spread
 #
-# The rewards are the five of 04, with **your** correctness reward (exercise 4.1) in the kit's place, and the
-# advantages of section 3 are **your** `my_advantages` (exercise 4.5). A notebook does not see another notebook's
-# variables, so the next cell brings them here the way d2l does with the code its readers wrote: each as 04's
-# solution cell wrote it, printed. Paste your own from your 04 over the line to train with yours; either way 04's
+# The rewards are the five of 04, with **your** correctness reward (exercise {{exercise.my_correctness_reward}}) in the
+# kit's place, and the advantages of section 3 are **your** `my_advantages` (exercise {{exercise.my_advantages}}).
+# A notebook does not see another notebook's variables, so the next cell brings them here the way d2l does with the
+# code its readers wrote: each as 04's solution cell wrote it, printed. Paste your own from your 04 over the line to train with yours; either way 04's
 # checks run on them again, and the kit's twin stands in for one that does not pass.
 
 # %%
@@ -122,12 +122,12 @@ from helpers.teaching import grpo_math
 from helpers.teaching.exercises import nb04
 from helpers.teaching.exercises import nb08 as ex
 
-my_correctness_reward = ex.earlier("my_correctness_reward")  # exercise 4.1
-my_advantages = ex.earlier("my_advantages")  # exercise 4.5
+my_correctness_reward = ex.earlier("my_correctness_reward")
+my_advantages = ex.earlier("my_advantages")
 
 # %%
 reward_check, advantages_check = nb04.my_correctness_reward.check(my_correctness_reward), nb04.my_advantages.check(my_advantages)
-print("4.1:", reward_check, "\n4.5:", advantages_check)
+print(f"{nb04.my_correctness_reward.number}:", reward_check, f"\n{nb04.my_advantages.number}:", advantages_check)
 REWARDS = [my_correctness_reward if reward_check.passed else kit_rewards.correctness_reward, *kit_rewards.DEFAULT_REWARDS[1:]]
 ADVANTAGES = my_advantages if advantages_check.passed else grpo_math.group_advantages
 print("scoring with:", [f.__name__ for f in REWARDS], "- advantages:", ADVANTAGES.__name__)
@@ -162,7 +162,7 @@ for i, text in enumerate(texts):
 # %% [markdown]
 # ## 3. Group advantages
 #
-# Your `my_advantages` of 4.5 (TRL's default `scale_rewards="group"`): the reward minus the group's mean, divided by
+# Your `my_advantages` of 04 (TRL's default `scale_rewards="group"`): the reward minus the group's mean, divided by
 # the group's standard deviation. Above the mean: pushed up; below: pushed down.
 
 # %%

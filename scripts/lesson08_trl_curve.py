@@ -5,9 +5,9 @@
     .venv/bin/python scripts/lesson08_trl_curve.py --trl                  # also TRL's GRPOTrainer (about 20 minutes)
 
 Lesson 08's check refuses a student's loop whose final reward does not rise above its lr-0 control by a margin, and
-05's exercise 5.5 grades a rerun with one setting changed against the spread of the default settings' seeds: both
+05's rerun exercise (rerun_prediction) grades a rerun with one setting changed against the spread of the default settings' seeds: both
 read the seeds stored here (helpers.teaching.grpo_math.loop_record, rise_margin). Each seed is the kit's own loop
-(grpo_math.loop_run: nb08.reference_train, the kit's five rewards, LOOP's settings) and its control (grpo_math.
+(nb08.loop_run: nb08.reference_train, the kit's five rewards, LOOP's settings) and its control (grpo_math.
 control_run: the same groups sampled and scored with nothing learned; at learning rate 0 AdamW changes nothing).
 --trl also runs TRL's GRPOTrainer with the same settings through the kit's command line (`python -m helpers.train`,
 one optimizer step per group, a constant learning rate), for comparison. Run it again after changing LOOP.
@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.teaching.grpo_math import LOOP, TRL_CURVE, control_run, loop_run  # noqa: E402
+from helpers.teaching.exercises.nb08 import loop_run  # noqa: E402
+from helpers.teaching.grpo_math import LOOP, TRL_CURVE, control_run  # noqa: E402
 
 
 def trl_command(run_dir: Path) -> list[str]:

@@ -160,7 +160,7 @@ def test_the_lesson_runs_on_cpu_and_the_rewarded_completion_rises(tmp_path):
     assert f"{CI_LOOP_STEPS} steps in " in text and ", above the margin" in text, text
     assert has_image(nb), "the reward curves were not plotted"
     for who in ("base model (the control)", "after your loop"):
-        assert re.search(who + r"\s+format \d+%, accuracy \d+% \(4 held-out questions\)", text), who
+        assert re.search(re.escape(who) + r"\s+format \d+%, accuracy \d+% \(4 held-out questions\)", text), who
 
 
 # ------------------------------------------------------------------------------------- Exercise 8.2: the GRPO loop

@@ -348,10 +348,11 @@ def trl_loss(logps, old_logps, advantages, mask, epsilon: float | None = None, l
 
 # ------------------------------------------------------------------- lesson 08's loop: its settings, its measured seeds
 # One home for the loop's settings: the lesson's grpo_train runs with them, its check judges the rise against an lr-0
-# control under them, 05's exercise 5.5 reruns them with one setting changed, and scripts/lesson08_trl_curve.py
-# stored the kit's own loop (and its lr-0 control) on several seeds with them. The rewards are the kit's five (04's),
-# the correctness one being the student's 4.1 in the lesson: with correctness alone the small model's groups have no
-# spread (0 right answers in 48 sampled completions at the start, 2026-11-29), the format rewards give the signal.
+# control under them, 05's rerun exercise (rerun_prediction) reruns them with one setting changed, and
+# scripts/lesson08_trl_curve.py stored the kit's own loop (nb08.loop_run) and its lr-0 control (control_run) on
+# several seeds with them. The rewards are the kit's five (04's), the correctness one being the student's
+# my_correctness_reward in the lesson: with correctness alone the small model's groups have no spread (0 right answers
+# in 48 sampled completions at the start, 2026-11-29), the format rewards give the signal.
 
 LOOP = {"num_generations": 8, "max_completion_length": 64, "temperature": 1.0, "learning_rate": 5e-4,
         "max_grad_norm": 1.0, "steps": 12, "seed": 0,
@@ -413,7 +414,7 @@ def versus_control(curve, control, margin: float) -> dict:
     return {"yours": yours, "control": base, "gain": yours - base, "margin": margin, "rose": rose, "text": text}
 
 
-def plot_curves(yours, control, path=None, title: str = "Mean reward per step (the kit's five rewards, yours in 4.1's)"):
+def plot_curves(yours, control, path=None, title: str = "Mean reward per step (04's five rewards, your correctness reward)"):
     """Your loop's reward curve beside its learning-rate-0 control (the same sampling, no learning), on one axis."""
     import matplotlib.pyplot as plt
 
@@ -497,7 +498,7 @@ def loop_tools(model, tokenizer, questions, seed: int = 0, settings: dict | None
     return sample
 
 
-def _loop_model(settings: dict, seed: int):
+def loop_model(settings: dict, seed: int):
     """The embedded model with a fresh adapter and sample() for LOOP's questions."""
     from helpers.config import PRESETS
     from helpers.data import training_questions
@@ -513,7 +514,7 @@ def control_run(seed: int, settings: dict | None = None, sample=None) -> list[fl
     nothing, so only the groups are sampled and scored: no backward). sample: the lesson's, before its loop ran."""
     s = {**LOOP, **(settings or {})}
     if sample is None:
-        sample = _loop_model(s, seed)[2]
+        sample = loop_model(s, seed)[2]
     rewards = loop_rewards()
     return [_mean(total_rewards(sample(step), rewards)) for step in range(s["steps"])]
 
@@ -528,22 +529,3 @@ def control_curve(seed: int, steps: int, sample=None) -> tuple[list[float], str]
     if len(stored.get(seed, [])) >= steps:
         return stored[seed][:steps], f"stored in {TRL_CURVE} (seed {seed})"
     return control_run(seed, {"steps": steps}, sample), "run here (no backward: the model does not change)"
-
-
-def loop_run(seed: int, changes: dict | None = None) -> dict:
-    """The engine of lesson 08's loop and 05's rerun: the kit's loop (nb08.reference_train) from the base model and
-    a fresh adapter on LOOP's settings with `changes`, the kit's rewards and advantages. The curve and the wall time."""
-    import time
-
-    import torch
-
-    from helpers.teaching.exercises.nb08 import reference_train
-
-    s = {**LOOP, **(changes or {})}
-    model, _tokenizer, sample = _loop_model(s, seed)
-    optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=s["learning_rate"],
-                                  weight_decay=0.0)
-    start = time.perf_counter()
-    curve = reference_train(model, optimizer, sample, loop_rewards(), group_advantages, s["steps"],
-                            max_grad_norm=s["max_grad_norm"], temperature=s["temperature"])
-    return {"seed": seed, "changes": dict(changes or {}), "curve": curve, "wall_s": round(time.perf_counter() - start, 1)}

@@ -1,7 +1,7 @@
 """Lesson 08 one GRPO step: policy_loss, checked (value and gradient) against TRL's own GRPOTrainer._compute_loss
 (helpers.teaching.grpo_math.trl_loss) on hidden batches and on the lesson's own batch; then grpo_train, the loop,
 checked step by step against the kit's loop on tiny stand-in models (each known mistake named), then run for real
-with the student's 4.1 reward and 4.5 advantages: its first step's gradient against TRL's loss on the same group, its
+with the student's my_correctness_reward and my_advantages of 04: its first step's gradient against TRL's loss on the same group, its
 final reward against a learning-rate-0 control by a margin the stored seeds measured."""
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ policy_loss = _LossExercise(
     success="it equals TRL's GRPOTrainer._compute_loss, value and gradient, on every hidden batch.")
 
 
-# Lesson 08 trains with the student's answers of 04 (4.1's reward, 4.5's advantages): earlier() brings an earlier
+# Lesson 08 trains with the student's answers of 04 (my_correctness_reward, my_advantages): earlier() brings an earlier
 # lesson's answer the way d2l's #@save does, the code as the lesson's solution cell wrote it (registry.json, one home),
 # printed and defined here; the student pastes theirs over the line to train with their own.
 
@@ -200,7 +200,7 @@ LOOP_MISTAKES = {
     "sign": "the update went the wrong way, the rewarded completions became LESS likely: minimise the policy loss "
             "(loss.backward(), then optimizer.step()) with advantages = advantages_fn(rewards), not their negative",
     "not normalized": "the advantages were not divided by the group's standard deviation (reward minus the mean only,"
-                      " TRL's scale_rewards='none'): use advantages_fn(rewards), your my_advantages of 4.5",
+                      " TRL's scale_rewards='none'): use advantages_fn(rewards), your my_advantages of 04",
     "raw rewards": "the rewards themselves were used as advantages: advantages = advantages_fn(rewards) (reward minus "
                    "the group's mean over its std), or a group where every completion scored 0.5 pushes them all up",
     "one reward": "only the first reward function was used: a completion's reward is the SUM of every function in "
@@ -241,6 +241,26 @@ def reference_train(model, optimizer, sample, reward_funcs, advantages_fn, steps
         optimizer.step()
         curve.append(sum(rewards) / len(rewards))
     return curve
+
+
+def loop_run(seed: int, changes: dict | None = None) -> dict:
+    """The engine of lesson 08's stored seeds and 05's rerun: the kit's loop (reference_train) from the base model
+    and a fresh adapter on grpo_math.LOOP's settings with `changes`, the kit's rewards and advantages. The curve and
+    the wall time."""
+    import time
+
+    import torch
+
+    from helpers.teaching.grpo_math import LOOP, loop_model, loop_rewards
+
+    s = {**LOOP, **(changes or {})}
+    model, _tokenizer, sample = loop_model(s, seed)
+    optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=s["learning_rate"],
+                                  weight_decay=0.0)
+    start = time.perf_counter()
+    curve = reference_train(model, optimizer, sample, loop_rewards(), group_advantages, s["steps"],
+                            max_grad_norm=s["max_grad_norm"], temperature=s["temperature"])
+    return {"seed": seed, "changes": dict(changes or {}), "curve": curve, "wall_s": round(time.perf_counter() - start, 1)}
 
 
 def _flat(tensors, like):
@@ -356,13 +376,13 @@ def _call_loop(case, fn, *args, **kwargs):
 
 GOLD = "7"  # the stand-in runs' gold answer
 NO_ANSWER = ("a reward function got answer=None: call each as GRPOTrainer does, f(prompts=batch['prompts'], "
-             "completions=batch['completions'], answer=batch['answer']) (4.1's correctness reward compares with it)")
+             "completions=batch['completions'], answer=batch['answer']) (04's correctness reward compares with it)")
 
 
 def stand_in_rewards(rewards):
     """Two reward functions for a stand-in run, called as GRPOTrainer calls them: the first pays the case's reward of
     each completion ("step k completion i"), the second 0.5 to every third completion; it needs the gold answer, as
-    4.1's does (a loop that drops a function shows in its gradients, one that drops the answer is told so)."""
+    04's correctness reward does (a loop that drops a function shows in its gradients, one that drops the answer is told so)."""
     def index(text):
         step, i = (int(w) for w in text.split()[1::2])
         return step, i
@@ -471,7 +491,7 @@ def _run_for_real(fn, run: dict) -> dict:
 
     model, settings = run["model"], {**LOOP, **run.get("settings", {})}
     funcs, advantages_fn = list(run["reward_funcs"]), run["advantages_fn"]
-    four_five = nb04.my_advantages.check(advantages_fn)  # before minutes of training: 4.5's own check
+    four_five = nb04.my_advantages.check(advantages_fn)  # before minutes of training: 04's own check
     if not four_five.passed:
         raise Fail("the lesson's run", f"advantages_fn is not TRL's advantages; exercise {nb04.my_advantages.number}'s "
                                        f"check says: {four_five.message} Pass your my_advantages once it passes (the "
