@@ -52,7 +52,7 @@ teaching/   what only the lessons and the instructor guide use:
     grpo_math.py       GRPO's advantages and policy loss, exactly as TRL computes them, with a slider
     class_plans.py     the instructor guide's class plans as data; T4 times scaled from a logged T4 run
     measured_runs.py   the kit's own measured CPU runs (results/cpu-runs/), read as lesson data
-    reruns.py          05's rerun exercise: a short run per changed setting, its first batch kept and read back
+    reruns.py          05's rerun exercise: 08's loop with one setting changed, its curve kept and read back
 teaching/exercises/  self-checking exercises, one module per lesson (one source: the lessons' solution cells):
     __init__.py        each lesson's module (ex = nb04), imported when first asked for
     core.py            Exercise (ex.qN.check(...), .hint(), .solution()), CheckResult, Fail: what all judges share

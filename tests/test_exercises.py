@@ -179,7 +179,7 @@ RIGHT = {
     ("nb05", "kl_penalty"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb05", "beta_prediction"): "b",
     ("nb05", "budget_fix"): {**E.nb05.CLASSMATE, "gradient_checkpointing": True, "gpu_memory_utilization": 0.3},
-    ("nb05", "rerun_prediction"): "a",
+    ("nb05", "rerun_prediction"): "c",
     ("nb05", "recipe_choice"): {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed2", "lr-1e-3",
                                                                                   "beta-0.04"]},
     ("nb06", "my_pass_at_k"): pass_at_k_right,
@@ -371,8 +371,9 @@ WRONG = [
     ("nb05", "budget_fix", {"gradient_checkpointing": True, "gpu_memory_utilization": 0.05},
      ["vLLM would not start", "gpu_memory_utilization x the memory free at load = 0.05 x", "cannot hold the weights", "KV cache", "raise gpu_memory_utilization"]),
     ("nb05", "budget_fix", ["gradient_checkpointing"], ["a dict"]),
-    ("nb05", "rerun_prediction", "b", ["not 'b'", "0.031 -> 0.156", "more than the wording"]),
-    ("nb05", "rerun_prediction", "c", ["not 'c'", "entropy 1.22 -> 0.12", "not within one sampled batch"]),
+    ("nb05", "rerun_prediction", "b", ["not 'b'", "learning_rate=5e-05", "mean +- 2 sd", "lower: beyond",
+                                       "The learning rate sizes every step"]),
+    ("nb05", "rerun_prediction", "a", ["not 'a'", "the default settings' 3 seeds end at", "lower: beyond"]),
     ("nb05", "rerun_prediction", "x", ["one letter"]),
     ("nb05", "recipe_choice", {"learning_rate": 1e-3, "beta": 0.0, "because": ["lr-1e-3"]},
      ["learning_rate=0.001 did not learn", "0.22 -> 0.04", "not faster learning"]),
@@ -603,25 +604,49 @@ def test_a_call_with_no_route_to_trl_names_both_ways_to_import_it():
     assert not result.passed and "from trl import GRPOConfig" in result.message and "trl.GRPOConfig(...)" in result.message
 
 
-def test_the_rerun_check_compares_the_prediction_recorded_before_the_run_with_what_happened(capsys):
-    """The predict-then-rerun exercise: the prediction is recorded before anything runs; the check reads the two
-    first batches (stand-ins here: the real runs are in the notebook's CI run) and explains either way; a prediction
-    changed after the result is refused."""
+def test_the_rerun_check_grades_the_predicted_direction_against_the_seeds_spread(capsys):
+    """The predict-then-rerun exercise (5.5): the prediction is recorded before anything runs; the check compares the
+    changed run's final reward with the default settings' seeds' mean +- 2 sd (fake curves here: the real rerun is
+    in the notebook's CI run, tests/test_notebooks.py's 05), up, down or inside, and explains either way; a
+    prediction changed after the result is refused."""
     nb05 = E.nb05
-    assert nb05.rerun_prediction.rerun(0.3, ...) is None and "Record your prediction first" in capsys.readouterr().out
-    assert nb05.rerun_prediction.rerun(1.5, "a") is None and "between 0 and 1" in capsys.readouterr().out
-    up = nb05.RerunOutcome("temperature", 0.3, "a", {"reward": 0.1, "entropy": 2.0}, {"reward": 0.9, "entropy": 0.2})
-    flat = nb05.RerunOutcome("temperature", 0.7, "a", {"reward": 0.1, "entropy": 2.0}, {"reward": 0.12, "entropy": 1.5})
-    assert nb05.rerun_prediction.check("a", outcome=up).passed
-    result = nb05.rerun_prediction.check("a", outcome=flat)  # the right physics, not what this rerun showed
-    assert not result.passed and "0.100 -> 0.120" in result.message and "Here that did not show" in result.message
-    result = nb05.rerun_prediction.check("c", outcome=up)
+    assert nb05.rerun_prediction.rerun("learning_rate", 5e-5, ...) is None
+    assert "Record your prediction first" in capsys.readouterr().out
+    for setting, value, words in (("learning_rate", 0.0, "above 0"), ("temperature", 2.5, "at most 2"),
+                                  ("temperature", 1.0, "is the default"), ("beta", 0.1, "choose one of")):
+        assert nb05.rerun_prediction.rerun(setting, value, "a") is None and words in capsys.readouterr().out
+    seeds = [0.9, 1.0, 1.1]  # mean 1.0, sd 0.1: the band is 0.8 to 1.2
+
+    def outcome(final, prediction):
+        return nb05.RerunOutcome("learning_rate", 1e-3, prediction, [0.2, 0.3, final, final, final], seeds)
+
+    assert nb05.rerun_truth(outcome(1.25, "a").curve, seeds)[0] == "a"
+    assert nb05.rerun_truth(outcome(0.75, "a").curve, seeds)[0] == "c"
+    assert nb05.rerun_truth(outcome(1.15, "a").curve, seeds)[0] == "b"  # above every seed, inside 2 sd
+    assert nb05.rerun_prediction.check("a", outcome=outcome(1.25, "a")).passed
+    assert nb05.rerun_prediction.check("c", outcome=outcome(0.75, "c")).passed
+    assert nb05.rerun_prediction.check("b", outcome=outcome(1.15, "b")).passed
+    result = nb05.rerun_prediction.check("a", outcome=outcome(1.15, "a"))
+    assert not result.passed and "is 1.150" in result.message and "0.800 to 1.200" in result.message
+    assert "about the same" in result.message and "The learning rate sizes every step" in result.message
+    result = nb05.rerun_prediction.check("c", outcome=outcome(1.25, "a"))
     assert not result.passed and "recorded 'a' before it ran" in result.message
-    assert "reward" in up.table() and "temperature=0.3" in up.table()
+    assert "final reward (last 3 groups): yours 1.150" in outcome(1.15, "b").table()
+
+
+def test_the_kits_own_rerun_is_graded_against_the_stored_seeds():
+    """Until the student's rerun ran, the check compares with the kit's own (RERUN_MEASURED): its curve has the
+    rerun's steps, and the default settings' seeds are read for as many steps from the stored record."""
+    nb05 = E.nb05
+    m = nb05.RERUN_MEASURED
+    assert len(m["curve"]) == reruns.STEPS and nb05._value_problem(m["setting"], m["value"]) is None
+    assert len(nb05.default_finals(reruns.STEPS)) == 3
+    truth, evidence = nb05.rerun_truth(m["curve"], nb05.default_finals(reruns.STEPS))
+    assert truth == RIGHT[("nb05", "rerun_prediction")], evidence
 
 
 def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, capsys):
-    """On a T4 runtime Unsloth has patched TRL for the GPU: the CPU reruns go to a new Python process, whose last
+    """On a T4 runtime Unsloth has patched TRL for the GPU: the CPU rerun goes to a new Python process, whose last
     stdout line is the rows as JSON."""
     import json
     import subprocess
@@ -632,45 +657,43 @@ def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, c
 
     def fake_run(cmd, **kwargs):
         seen["cmd"] = cmd
-        return types.SimpleNamespace(stdout="[grpo-kit] log line\n[grpo-kit] reusing the first batch of an identical "
-                                            "earlier run (the preset) from x.json\n"
-                                            + json.dumps([{"reward": 0.1}, {"reward": 0.5}]))
+        return types.SimpleNamespace(stdout="[grpo-kit] log line\n[grpo-kit] reusing an identical earlier run of 08's "
+                                            "loop (temperature=0.3) from x.json\n"
+                                            + json.dumps([{"curve": [0.1, 0.5]}]))
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     monkeypatch.setattr(subprocess, "run", fake_run)
-    rows = reruns.first_batches_here_or_apart([{}, {"temperature": 0.3}])
-    assert rows == [{"reward": 0.1}, {"reward": 0.5}]
-    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-2]) == [{}, {"temperature": 0.3}]
-    assert "reruns.first_batches" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
+    rows = reruns.loop_reruns_here_or_apart([{"temperature": 0.3}])
+    assert rows == [{"curve": [0.1, 0.5]}]
+    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-2]) == [{"temperature": 0.3}]
+    assert "reruns.loop_reruns" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
     out = capsys.readouterr().out
-    assert "reusing the first batch" in out and "log line" not in out  # the reuse is said; the run's log is not
-    reruns.first_batches_here_or_apart([{}], reuse=False)
+    assert "reusing an identical earlier run" in out and "log line" not in out  # the reuse is said; the log is not
+    reruns.loop_reruns_here_or_apart([{}], reuse=False)
     assert seen["cmd"][-1] == "again"
 
 
 def test_an_identical_rerun_is_read_back_and_says_so(monkeypatch, tmp_path, capsys):
-    """The rerun's one-step runs are deterministic on one machine: run again with the same settings (the notebook
-    after a disconnect, the homework's 05), each is read back instead of trained, and the output says so; a new
-    temperature, other kit code or reuse=False trains again. (That a run alone logs what it logs after another:
-    docs/performance.md, 2026-11-27.)"""
+    """A rerun of 08's loop is deterministic on one machine: run again with the same change (the notebook after a
+    disconnect, the homework's 05), it is read back instead of trained, and the output says so; a new value, other
+    kit code or reuse=False trains again."""
     from helpers import reuse
 
     trained = []
 
-    def fake_first_batch(preset, loaded):
-        trained.append(preset.temperature)
-        return {"reward": preset.temperature / 10, "entropy": 1.0}
+    def fake_run(change, seed):
+        trained.append(change["temperature"])
+        return {"curve": [change["temperature"] / 10] * reruns.STEPS}
 
-    monkeypatch.setattr(reruns, "_first_batch", fake_first_batch)
+    monkeypatch.setattr(reruns, "_run", fake_run)
     monkeypatch.setattr(reruns, "_rerun_path", lambda key: tmp_path / f"{reuse.digest(key)}.json")
-    first = reruns.first_batches([{}, {"temperature": 0.3}])
-    assert trained == [1.0, 0.3] and "reusing" not in capsys.readouterr().out
-    assert reruns.first_batches([{}, {"temperature": 0.3}]) == first and trained == [1.0, 0.3]
-    out = capsys.readouterr().out
-    assert "identical earlier run (the preset)" in out and "identical earlier run (temperature=0.3)" in out
-    assert reruns.first_batches([{}, {"temperature": 0.5}])[1]["reward"] == 0.05 and trained == [1.0, 0.3, 0.5]
-    reruns.first_batches([{}], reuse=False)
-    assert trained == [1.0, 0.3, 0.5, 1.0]
+    first = reruns.loop_reruns([{"temperature": 0.3}])
+    assert trained == [0.3] and "reusing" not in capsys.readouterr().out
+    assert reruns.loop_reruns([{"temperature": 0.3}]) == first and trained == [0.3]
+    assert "identical earlier run of 08's loop (temperature=0.3)" in capsys.readouterr().out
+    assert reruns.loop_reruns([{"temperature": 0.5}])[0]["curve"][0] == 0.05 and trained == [0.3, 0.5]
+    reruns.loop_reruns([{"temperature": 0.3}], reuse=False)
+    assert trained == [0.3, 0.5, 0.3]
     monkeypatch.setattr(reuse, "kit_sources", lambda: "the kit's code changed")
-    reruns.first_batches([{"temperature": 0.3}])
-    assert trained == [1.0, 0.3, 0.5, 1.0, 0.3]
+    reruns.loop_reruns([{"temperature": 0.3}])
+    assert trained == [0.3, 0.5, 0.3, 0.3]

@@ -373,6 +373,7 @@ def test_05_train_writes_the_run_folder(out_dir, course_kit, shared_run_dir):
     assert "Correct! this is the call helpers.run.pipeline.build_trainer makes" in text, "exercise 5.4: the trainer"
     assert "of groups of" in text and "have no spread" in text  # exercise 5.3 on this preset's num_generations
     assert "Your prediction, recorded" in text, "exercise 5.5: the prediction is recorded before the rerun"
+    assert "final reward (last 3 groups): yours" in text, "exercise 5.5: 08's loop rerun, beside the stored seeds"
     assert "Correct! each setting chosen from runs that differ in it alone" in text, "exercise 5.10: the recipe"
 
 
@@ -441,7 +442,7 @@ def test_05_as_homework_continues_the_class_run(out_dir, course_kit, shared_run_
     text = _text(_execute_course("05_train", tmp_path, course_kit, nth=1))
     checkpoint = shared_run_dir / "trainer" / f"checkpoint-{CLASS_STEPS}"
     assert f"resuming from step {CLASS_STEPS} ({checkpoint})" in text
-    assert "reusing the first batch of an identical earlier run (temperature=" in text, "5.5's rerun is read back"
+    assert "reusing an identical earlier run of 08's loop (" in text, "5.5's rerun is read back"
     rows = _metrics(shared_run_dir)
     assert [r["step"] for r in rows] == list(range(1, HOMEWORK_STEPS + 1))
     assert rows[:CLASS_STEPS] == metrics, "the class run's steps are kept, not trained again"

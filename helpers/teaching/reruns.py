@@ -1,73 +1,49 @@
-"""Lesson 05's rerun exercise, the runs themselves: one short run of the cpu preset per change of one setting, the
-logs of each run's first sampled batch, kept on this machine under the key of everything that decides them
-(helpers.reuse) and read back when an identical rerun comes (the notebook run again, the homework's 05)."""
+"""Lesson 05's rerun exercise (rerun_prediction), the runs themselves: lesson 08's loop (nb08.loop_run, the kit's
+loop on grpo_math.LOOP's settings and steps) with one setting changed, kept on this machine under the key of
+everything that decides it (helpers.reuse) and read back when an identical rerun comes (the notebook run again, the
+homework's 05). The default settings are not rerun: their seeds are stored (grpo_math.loop_record)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from helpers import reuse as kit_reuse
 from helpers import speedups
-from helpers.config import get_preset
 from helpers.messages import say
 from helpers.model import cache_dir, prepare_embedded_model
+from helpers.teaching.grpo_math import LOOP
 from helpers.teaching.measured_runs import settings_text
 
-
-def rerun_preset(seed: int = 0):
-    """The short run the rerun exercise compares: the cpu preset, one step of one group of 4 (the same on every
-    runtime and in CI, so the kit's own rerun, RERUN_MEASURED, is what a student's reproduces)."""
-    return get_preset("cpu").with_overrides(num_generations=4, per_device_train_batch_size=4, max_steps=1, eval_size=1,
-                                            train_size=8, seed=seed)
+STEPS = LOOP["steps"]  # 08's loop as the stored seeds ran it: at 6 steps their final rewards spread 0.61-1.15, at 12
+SEED = 0  # 1.80-1.92 (results/lesson08-trl-curve.json), so only a long enough run tells a change from a seed
 
 
-def first_batches(changes: list[dict], seed: int = 0, reuse: bool = True) -> list[dict]:
-    """One short run of rerun_preset per change, through the kit's pipeline (no evaluation, no checkpoint, each in
-    a temporary folder): the logs of each run's first sampled batch. The model is loaded once and its adapter put
-    back between runs, so each starts from the same weights.
-
-    A run is deterministic on one machine, so its row is kept (helpers.reuse, keyed by rerun_key) and an identical
-    rerun (the notebook run again after a disconnect, the homework's 05) reads it back and says so; reuse=False runs
-    every change again."""
-    loaded, rows, machine = {}, [], rerun_machine()
+def loop_reruns(changes: list[dict], seed: int = SEED, reuse: bool = True) -> list[dict]:
+    """One run of 08's loop per change ({setting: value}), STEPS steps from the base model, seed `seed`: each run's
+    curve. A run is deterministic on one machine, so its row is kept (helpers.reuse, keyed by rerun_key) and an
+    identical rerun reads it back and says so; reuse=False runs every change again."""
+    rows, machine = [], rerun_machine()
     for change in changes:
-        preset = rerun_preset(seed).with_overrides(**change)
-        key = rerun_key(preset, machine)
+        key = rerun_key(change, seed, machine)
         path = _rerun_path(key)
         row = kit_reuse.read(path, key) if reuse else None
         if row is None:
-            row = _first_batch(preset, loaded)
+            row = _run(change, seed)
             kit_reuse.write(path, key, row)
         else:
-            say(f"reusing the first batch of an identical earlier run ({change_text(change)}) from {path}; "
-                "reuse=False runs it again")
+            say(f"reusing an identical earlier run of 08's loop ({change_text(change)}) from {path}; reuse=False "
+                "runs it again")
         rows.append(row)
     return rows
 
 
-def _first_batch(preset, loaded: dict) -> dict:
-    """The first sampled batch's log of a one-step run of preset. loaded: the model the first run loaded and its
-    adapter's starting weights (filled here), put back so each run starts from the same weights."""
-    from helpers.run import pipeline
-    from helpers.run.metrics import read_metrics
+def _run(change: dict, seed: int) -> dict:
+    from helpers.teaching.exercises.nb08 import loop_run
 
-    run_dir = Path(tempfile.mkdtemp(prefix="grpo-rerun-"))
-    state = pipeline.start(preset, pipeline.RunOptions(run_dir=str(run_dir), overwrite=True, save_steps=0,
-                                                       dashboard="off"))
-    if not loaded:
-        loaded["model"] = pipeline.load_model(state)
-        loaded["start"] = {k: v.detach().clone() for k, v in loaded["model"][0].state_dict().items() if "lora_" in k}
-    else:
-        loaded["model"][0].load_state_dict(loaded["start"], strict=False)
-        state.model, state.tokenizer = loaded["model"]
-    train_dataset, _ = pipeline.load_data(state)
-    pipeline.train(state, pipeline.build_trainer(state, train_dataset))
-    state.folder.release()
-    return next(r for r in read_metrics(run_dir / "metrics.jsonl") if "reward" in r)
+    return loop_run(seed, {"steps": STEPS, **change})
 
 
 def _rerun_path(key: dict) -> Path:
@@ -75,28 +51,28 @@ def _rerun_path(key: dict) -> Path:
 
 
 def rerun_machine() -> dict:
-    """What decides every rerun on this machine besides its preset: the CPU speed-ups on, the embedded model's
+    """What decides every rerun on this machine besides its settings: the CPU speed-ups on, the embedded model's
     files, the kit's own code and the libraries (helpers.reuse). The same for each change of one rerun."""
     return {"speedups": speedups.active(), "model_files": kit_reuse.model_files(prepare_embedded_model()),
             "kit": kit_reuse.kit_sources(), "libraries": kit_reuse.libraries()}
 
 
-def rerun_key(preset, machine: dict) -> dict:
-    """What decides a rerun's first batch: every field of its preset, and the machine's part (rerun_machine)."""
-    return {"preset": preset.to_dict(), **machine}
+def rerun_key(change: dict, seed: int, machine: dict) -> dict:
+    """What decides a rerun's curve: the loop's settings with the change, its steps and seed, the machine's part."""
+    return {"loop": {**LOOP, "steps": STEPS, **change}, "seed": seed, **machine}
 
 
 def change_text(change: dict) -> str:
-    return settings_text(change) or "the preset"
+    return settings_text(change) or "the default settings"
 
 
-def first_batches_here_or_apart(changes: list[dict], reuse: bool = True) -> list[dict]:
-    """first_batches here; in a fresh process when Unsloth is loaded (it patches TRL for the GPU), whose lines
-    about reused runs are shown here too."""
+def loop_reruns_here_or_apart(changes: list[dict], reuse: bool = True) -> list[dict]:
+    """loop_reruns here; in a fresh process when Unsloth is loaded (it patches TRL and transformers for the GPU),
+    whose lines about reused runs are shown here too."""
     if "unsloth" not in sys.modules:
-        return first_batches(changes, reuse=reuse)
+        return loop_reruns(changes, reuse=reuse)
     code = ("import json, sys; from helpers.teaching import reruns; "
-            "print(json.dumps(reruns.first_batches(json.loads(sys.argv[1]), reuse=sys.argv[2] == 'reuse')))")
+            "print(json.dumps(reruns.loop_reruns(json.loads(sys.argv[1]), reuse=sys.argv[2] == 'reuse')))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps(changes), "reuse" if reuse else "again"],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     lines = out.stdout.strip().splitlines()

@@ -490,69 +490,110 @@ make_trainer = Exercise(
     judge=_judge_trainer,
     success="this is the call helpers.run.pipeline.build_trainer makes.")
 
-# The rerun exercise (rerun_prediction): one setting changed (the sampling temperature), a prediction recorded,
-# then two one-step runs of the cpu preset, the same but for that setting; the check compares the prediction with
-# the first sampled batch of each. RERUN_MEASURED: the kit's own rerun (rerun_preset, seed 0, 2026-11-27:
-# first_batches([{}, {"temperature": 0.3}])), the comparison until the student's own has run.
-RERUN_SETTING = "temperature"
-RERUN_MEASURED = {"temperature": 0.3, "base": {"reward": 0.031, "entropy": 1.216, "reward_std": 0.062},
-                  "changed": {"reward": 0.156, "entropy": 0.117, "reward_std": 0.12}}
-RERUN_KEYS = ("reward", "entropy", "reward_std", "frac_reward_zero_std", "completions/mean_length",
-              "completions/clipped_ratio")
+# The rerun exercise (rerun_prediction): one setting of lesson 08's loop changed, a prediction about the final reward
+# recorded, then the loop run for reruns.STEPS steps with the change; the check compares its final reward with the
+# default settings' stored seeds (grpo_math.loop_record): beyond mean +- 2 sd of their final rewards is a real change,
+# inside is "about the same". RERUN_MEASURED: the kit's own rerun, the comparison until the student's own has run
+# (reruns.loop_reruns([{"learning_rate": 5e-5}]) on a loaded 2-core development machine, 2026-11-29: 310 s).
+RERUN_RANGES = {"learning_rate": (0.0, 1e-2), "temperature": (0.0, 2.0)}  # open below, closed above
+RERUN_MEASURED = {"setting": "learning_rate", "value": 5e-5,
+                  "curve": [0.046875, 0.140625, 0.359375, 0.109375, 0.359375, 0.171875, 1.78125, 0.125, 0.919375,
+                            0.4375, 1.296875, 0.015625]}
 RERUN_CHOICES = {
-    "a": "a lower temperature samples the model's likelier tokens, and this model's likeliest answers are better "
-         "than its random ones: the same weights, sampled more carefully. Here that did not show",
-    "b": "temperature changes more than the wording: it decides which tokens, so which answers, are sampled; the "
-         "batch's rewards follow",
-    "c": "exploration pays over many steps (a group that differs is what GRPO learns from), not within one sampled "
-         "batch: fewer random tokens means fewer broken answers in it",
+    "a": "higher: beyond the default settings' seeds (above their mean + 2 sd), it learned faster",
+    "b": "about the same: within the default settings' seeds (their mean +- 2 sd), the change did not show",
+    "c": "lower: beyond the default settings' seeds (below their mean - 2 sd), it learned slower or not at all",
 }
+RERUN_WHY = {
+    "learning_rate": "The learning rate sizes every step: the rewarded completions' probability moves by about that "
+                     "much per group, so in a few steps a tenth of it has barely left the start, and too large a "
+                     "one overshoots (a collapsed policy samples groups with no spread).",
+    "temperature": "The temperature decides which completions are sampled (and divides the logits the loss uses): "
+                   "lower keeps to the model's likeliest tokens, so a group's completions differ less and there is "
+                   "less spread to learn from; higher samples more broken ones.",
+}
+
+
+def default_finals(steps: int) -> list[float]:
+    """The final reward after `steps` steps of each stored seed of the default settings (08's loop_seeds)."""
+    from helpers.teaching.grpo_math import final_reward, loop_record
+
+    return [final_reward(s["curve"][:steps]) for s in loop_record()["loop_seeds"]]
+
+
+def spread_band(finals) -> tuple[float, float, float]:
+    """(mean, low, high): the seeds' mean final reward and mean -+ twice their sample standard deviation."""
+    n = len(finals)
+    mean = sum(finals) / n
+    sd = math.sqrt(sum((f - mean) ** 2 for f in finals) / (n - 1)) if n > 1 else 0.0
+    return mean, mean - 2 * sd, mean + 2 * sd
 
 
 @dataclass
 class RerunOutcome:
-    """Two one-step runs that differ in one setting: the prediction recorded before they ran, their first batch."""
+    """08's loop with one setting changed: the prediction recorded before it ran, its reward curve, and the final
+    rewards of the default settings' stored seeds after as many steps."""
     setting: str
     value: float
     prediction: str
-    base: dict
-    changed: dict
+    curve: list
+    defaults: list
 
     def table(self) -> str:
-        rows = [f"  {'':<26}{'preset':>10}{f'{self.setting}={self.value:g}':>18}"]
-        rows += [f"  {k:<26}{self.base[k]:>10.3f}{self.changed[k]:>18.3f}" for k in RERUN_KEYS
-                 if k in self.base and k in self.changed]
-        return "\n".join(rows)
+        from helpers.teaching.grpo_math import final_reward, window
+
+        mean, low, high = spread_band(self.defaults)
+        k = window(len(self.curve))
+        return (f"  mean reward of each group ({self.setting}={self.value:g}): {[round(c, 3) for c in self.curve]}\n"
+                f"  final reward (last {k} groups): yours {final_reward(self.curve):.3f}; the default settings' seeds "
+                f"{[round(f, 3) for f in self.defaults]}, mean {mean:.3f}, mean +- 2 sd {low:.3f} to {high:.3f}")
 
 
-def rerun_truth(base: dict, changed: dict) -> tuple[str, str]:
-    """(letter, evidence): did the first sampled batch's reward rise (a), stay (b) or fall (c) with the change?"""
-    delta = changed["reward"] - base["reward"]
-    letter = "a" if delta > 0.05 else "c" if delta < -0.05 else "b"
-    return letter, (f"the first batch's reward went {base['reward']:.3f} -> {changed['reward']:.3f} and its entropy "
-                    f"{base['entropy']:.2f} -> {changed['entropy']:.2f} nats per token")
+def rerun_truth(curve, defaults) -> tuple[str, str]:
+    """(letter, evidence): did the changed run's final reward end above (a), inside (b) or below (c) the default
+    settings' seeds' mean +- 2 sd?"""
+    from helpers.teaching.grpo_math import final_reward, window
+
+    final, (mean, low, high) = final_reward(curve), spread_band(defaults)
+    letter = "a" if final > high else "c" if final < low else "b"
+    return letter, (f"after {len(curve)} steps its final reward (the mean of its last {window(len(curve))} groups) is "
+                    f"{final:.3f}, and the default settings' {len(defaults)} seeds end at "
+                    f"{', '.join(f'{f:.3f}' for f in defaults)} (mean {mean:.3f}, mean +- 2 sd {low:.3f} to {high:.3f})")
+
+
+def _value_problem(setting, value) -> str | None:
+    from helpers.teaching.grpo_math import LOOP
+
+    if setting not in RERUN_RANGES:
+        return f"rerun_setting = {setting!r}: choose one of {', '.join(map(repr, RERUN_RANGES))}"
+    low, high = RERUN_RANGES[setting]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+        return f"{setting} = {value!r}: choose a number above {low:g} and at most {high:g}"
+    if value == LOOP[setting]:
+        return f"{setting} = {value!r} is the default ({LOOP[setting]:g}): change it"
+    return None
 
 
 class _RerunExercise(Exercise):
-    """The predict-change-rerun exercise: .rerun(value, prediction) records the prediction, then runs."""
+    """The predict-change-rerun exercise: .rerun(setting, value, prediction) records the prediction, then runs."""
 
-    def rerun(self, value, prediction, reuse: bool = True):
-        """Two one-step runs of rerun_preset, the second with temperature=value: about a minute on 2 cores, or
-        read back from an identical earlier rerun on this machine (reuse=False: run again). Returns the
-        RerunOutcome the check compares with."""
+    def rerun(self, setting, value, prediction, reuse: bool = True):
+        """08's loop for reruns.STEPS steps with setting=value (minutes on 2 cores), or read back from an
+        identical earlier rerun on this machine (reuse=False: run again). Returns the RerunOutcome the check
+        compares with the default settings' stored seeds."""
         try:
             choice = letter_of(prediction, RERUN_CHOICES)
         except Fail as f:
             print(f"Record your prediction first ({f.message}); nothing was run.")
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            print(f"{RERUN_SETTING} = {value!r}: choose a value between 0 and 1 (the preset samples at 1.0; 0 would "
-                  "make every completion of a group the same); nothing was run.")
+        problem = _value_problem(setting, value)
+        if problem:
+            print(f"{problem}; nothing was run.")
             return None
-        print(f"Your prediction, recorded: {choice!r}. Running the cpu preset, then {RERUN_SETTING}={value:g}, one "
-              "step each ...")
-        rows = reruns.first_batches_here_or_apart([{}, {RERUN_SETTING: float(value)}], reuse=reuse)
-        outcome = RerunOutcome(RERUN_SETTING, float(value), choice, *rows)
+        print(f"Your prediction, recorded: {choice!r}. Running lesson 08's loop for {reruns.STEPS} steps with "
+              f"{setting}={value:g} ...")
+        (row,) = reruns.loop_reruns_here_or_apart([{setting: float(value)}], reuse=reuse)
+        outcome = RerunOutcome(setting, float(value), choice, row["curve"], default_finals(len(row["curve"])))
         print(outcome.table())
         return outcome
 
@@ -561,15 +602,15 @@ def _judge_rerun(answer, outcome=None):
     choice = letter_of(answer, RERUN_CHOICES)
     if outcome is None:  # not rerun here yet: the kit's own rerun
         m = RERUN_MEASURED
-        outcome = RerunOutcome(RERUN_SETTING, m["temperature"], choice, m["base"], m["changed"])
+        outcome = RerunOutcome(m["setting"], m["value"], choice, m["curve"], default_finals(len(m["curve"])))
     elif outcome.prediction != choice:
         raise Fail("your prediction", f"the rerun recorded {outcome.prediction!r} before it ran, and you now answer "
                    f"{choice!r}: a prediction made after the result is not one. Run ex.{rerun_prediction.qid}.rerun"
                    "(...) again with the new prediction.")
-    truth, evidence = rerun_truth(outcome.base, outcome.changed)
+    truth, evidence = rerun_truth(outcome.curve, outcome.defaults)
     if choice != truth:
-        raise Fail(f"choice {choice}", f"not {choice!r}: at {outcome.setting}={outcome.value:g} {evidence}. "
-                                       f"{RERUN_CHOICES[choice]}.")
+        raise Fail(f"choice {choice}", f"not {choice!r}: with {outcome.setting}={outcome.value:g} {evidence}: "
+                                       f"{RERUN_CHOICES[truth]}. {RERUN_WHY[outcome.setting]}")
 
 
 class _MeasuredRunsExercise(Exercise):
@@ -592,11 +633,11 @@ learned_or_not = _MeasuredRunsExercise(
 
 rerun_prediction = _RerunExercise(
     LESSON, "rerun_prediction",
-    hint="temperature divides the logits before sampling: below 1 the likeliest tokens get likelier. Is this "
-         "model's likeliest answer better or worse than a random one? (Its greedy accuracy is in before.json.)",
+    hint="the learning rate sizes each step, the temperature decides which completions a group holds; a change "
+         "counts only when it moves the final reward beyond the default seeds' own spread (mean +- 2 sd).",
     judge=_judge_rerun,
-    success="the batch's reward moved with no training at all: the sampler, not the weights. That is why the "
-            "evaluation samples greedily and training at 1.0: GRPO needs completions that differ (the zero-spread exercise).")
+    success="a prediction about learning, judged against the spread of seeds that differ only by chance: one run "
+            "beside one other proves nothing, a run outside the seeds' spread does.")
 
 clipped_objective = Exercise(
     LESSON, "clipped_objective",
