@@ -359,7 +359,8 @@ LOOP = {"num_generations": 8, "max_completion_length": 64, "temperature": 1.0, "
         "rewards": ["correctness_reward", "integer_answer_reward", "strict_format_reward", "soft_format_reward",
                     "tag_count_reward"], "heldout": 16}
 TRL_CURVE = "results/lesson08-trl-curve.json"  # the loop's stored seeds (and TRL's curve when recorded)
-RECORD_FIX = "Fix: run `python scripts/lesson08_trl_curve.py --seeds 0,1,2` (about 3 minutes a seed on 2 cores)."
+RECORD_FIX = ("Fix: run `python scripts/lesson08_trl_curve.py --seeds 0,1,2` (7 to 11 minutes a seed, the loop and its "
+              "control, on a loaded 2-core machine, 2026-11-29).")
 
 
 def loop_record(path=None) -> dict:
