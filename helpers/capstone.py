@@ -471,52 +471,44 @@ def _judge_adapter(t: dict, out: Path, tmp: Path) -> tuple[int, int]:
 
 AGREEMENT = 0.75  # the share of |advantage| that must move its way (direction_test): 0.5 is what chance gives
 MAX_BATCHES = 4  # the scored batches measured (the first ones): 2 steps sample 1-2 of them
+SHUFFLES, BEYOND = 4, 4.0  # S must exceed BEYOND x the largest |S| of SHUFFLES shuffles of the adapter's LoRA B
 
 
 def _judge_reward_cases(t: dict, cases: list[dict]) -> None:
-    """The student's rewards, run after train() on 04's labelled completions: the same scores on a second call
-    (a reward that reads no completion, random numbers, is refused) and right answers above wrong ones."""
+    """The student's rewards, run after train() on pairs of 04's completions (capstone_watch.reward_cases): the same
+    scores on a second call (random numbers are refused), and each right one above its twin with a wrong answer."""
     how = ("The checker calls each reward as TRL does, after train(): prompts=, completions= (chat messages when "
            "your prompts are), answer= (04's gold answer), and your dataset's other columns.")
-    probe = t.get("probe") or {}
+    probe, total = t.get("probe") or {}, [0.0] * len(cases)
     if "error" in probe:
         raise CapstoneError(f"your rewards failed on lesson 04's labelled completions ({probe['error']}). {how} Fix: "
                             "a reward that takes any completion text (read it with completion[0][\"content\"]) and "
                             f"the gold answer from `answer`.\n{probe.get('traceback', '')[-1500:]}")
     scores = probe.get("scores") or {}
-    total = [0.0] * len(cases)
     for (name, (first, second)), weight in zip(scores.items(), t.get("reward_weights") or [1.0] * len(scores)):
-        if len(first) != len(cases):
-            raise CapstoneError(f"your reward {name} returned {len(first)} scores for {len(cases)} completions. Fix: "
-                                "return one float per completion: [score(c) for c in completions].")
-        changed = [(c["label"], a, b) for c, a, b in zip(cases, first, second) if a != b and a == a]
-        if changed:
-            label, a, b = changed[0]
+        if changed := [(c["label"], a, b) for c, a, b in zip(cases, first, second) if a != b and a == a]:
             raise CapstoneError(
                 f"your reward {name} gave the same completions different scores on two calls ({len(changed)} of "
-                f"{len(cases)}; 04's '{label}': {a:g}, then {b:g}): it does not judge the completion (random numbers?), "
-                "so the advantages it makes are noise and the run learns nothing. Fix: score each completion from its "
-                "text: the answer compared with `answer` as numbers, partial credit for the format (notebook 04).")
+                f"{len(cases)}; 04's '{changed[0][0]}': {changed[0][1]:g}, then {changed[0][2]:g}): it does not judge "
+                "the completion (random numbers?), so its advantages are noise and the run learns nothing. Fix: score "
+                "each completion from its text: the answer compared with `answer` as numbers (notebook 04).")
         total = [x + weight * (s or 0.0) for x, s in zip(total, first)]
-    gaps = [r - w for r, w in zip(total[::2], total[1::2])]  # right minus its twin, the answer changed (pairs)
-    if sum(gaps) <= 0:
+    if sum(gaps := [r - w for r, w in zip(total[::2], total[1::2])]) <= 0:  # right minus its twin (pairs)
         k = min(range(len(gaps)), key=gaps.__getitem__)
         raise CapstoneError(
             f"your rewards ({', '.join(scores)}) do not score right answers above wrong ones: on {len(gaps)} of lesson "
             "04's completions, each beside its twin with the answer changed to a wrong number (same layout), the "
             f"right one scores {sum(gaps) / len(gaps):+.3g} more on average (04's '{cases[2 * k]['label']}': "
             f"{total[2 * k]:g} right, {total[2 * k + 1]:g} wrong). {how} Fix: a correctness reward: the last <answer> "
-            "block compared with `answer` as numbers (1,000 is 1000), worth more than every format reward together "
-            "(2.0 in 04).")
+            "block compared with `answer` as numbers (1,000 is 1000), worth more than all format rewards (2.0 in 04).")
 
 
 def _synthetic(questions: set[str]) -> set[str]:
-    """Those of the questions helpers.data.make_problem writes: its every draw, level by level (the cheap ones
-    first), until all are found."""
+    """Those of the questions helpers.data.make_problem writes (its every draw, level by level, cheap ones first)."""
     found = set()
     for level in (1, 3, 2) if questions else ():
         lo, hi = data._RANGES[1 if level == 3 else level]
-        draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *([range(2, 10)] if level == 3 else [])]
+        draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *[range(2, 10)] * (level == 3)]
         found |= {q for op in data.OPERATIONS for combo in itertools.product(*draws)
                   if (q := data.make_problem(data._Scripted(combo), op, level)["question"]) in questions}
         if found == questions:
@@ -537,8 +529,7 @@ def _judge_questions(t: dict) -> None:
 
 
 def _load_adapter(adapter: Path):
-    """(model with the saved adapter, tokenizer): the base model adapter_config.json names, in float64 on a CPU
-    (a 2-step change in log-probability is small), the adapter loaded on it by peft."""
+    """(peft model, tokenizer): the adapter on the base its config names, in float64 on a CPU (small changes)."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -550,34 +541,32 @@ def _load_adapter(adapter: Path):
     return PeftModel.from_pretrained(base.to("cuda" if gpu else "cpu"), str(adapter)).to(base.dtype).eval(), tokenizer
 
 
-def _logp_changes(model, tokenizer, prompt, completions: list[list[int]]) -> list[float]:
-    """log p(completion | prompt) with the adapter minus without it (the base model), for completions of one prompt
-    in one batch: lesson 08 §6's sequence log-probability, helpers.teaching.grpo_math.completion_logps."""
+def _logps(model, tokenizer, groups) -> list[list[float]]:
+    """log p(completion | prompt) of each group's completions, one forward pass per group (TRL's groups: one prompt):
+    lesson 08 §6's sequence log-probability, helpers.teaching.grpo_math.completion_logps."""
     import torch
 
     from helpers.teaching.grpo_math import completion_logps
 
-    text = prompt if isinstance(prompt, str) else tokenizer.apply_chat_template(prompt, tokenize=False,
-                                                                                 add_generation_prompt=True)
-    width = max(map(len, completions))
-    prompt_ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]] * len(completions))
-    ids = torch.tensor([c + [tokenizer.pad_token_id or 0] * (width - len(c)) for c in completions])
-    mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions])
-    batch = {k: v.to(model.device) for k, v in {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids),
-                                                "completion_ids": ids, "completion_mask": mask}.items()}
-    with torch.no_grad():
-        trained = (completion_logps(model, batch) * batch["completion_mask"]).sum(dim=1)
-        with model.disable_adapter():
-            base = (completion_logps(model, batch) * batch["completion_mask"]).sum(dim=1)
-    return (trained - base).tolist()
+    found = []
+    for prompt, completions, _ in groups:
+        text = prompt if isinstance(prompt, str) else tokenizer.apply_chat_template(prompt, tokenize=False,
+                                                                                     add_generation_prompt=True)
+        width = max(map(len, completions))
+        prompt_ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]] * len(completions))
+        ids = torch.tensor([c + [tokenizer.pad_token_id or 0] * (width - len(c)) for c in completions])
+        mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions])
+        batch = {k: v.to(model.device) for k, v in {"prompt_ids": prompt_ids, "completion_ids": ids, "completion_mask":
+                                                    mask, "prompt_mask": torch.ones_like(prompt_ids)}.items()}
+        with torch.no_grad():
+            found.append((completion_logps(model, batch) * batch["completion_mask"]).sum(dim=1).tolist())
+    return found
 
 
 def direction_test(groups: list[tuple[list[float], list[float]]]) -> tuple[float, float]:
-    """(S, agreement) for groups of (advantages, log-prob changes). S = sum(advantage x change): positive when the
-    completions that scored above their group's mean gained log-probability against those below. agreement: the
-    share of |advantage| carried by completions whose change has their advantage's sign (above the mean: gained,
-    below: lost). A group's advantages sum to 0, so a change of one sign for all (what noise in the weights makes of
-    the base model's own samples) agrees on half; random signs on half, on average."""
+    """(S, agreement) for groups of (advantages, log-prob changes): S = sum(advantage x change); agreement, the share
+    of |advantage| whose change has its sign. A group's advantages sum to 0: one sign for all (what noise in the
+    weights does to the base model's own samples) agrees on half, random signs on half on average."""
     pairs = [(a, d) for adv, change in groups for a, d in zip(adv, change) if a]
     total = sum(abs(a) for a, _ in pairs)
     agree = sum(abs(a) for a, d in pairs if a * d > 0)
@@ -588,8 +577,8 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
     """Measured here, on the saved adapter: it is not its initialisation (peft starts every LoRA B at zero), it loads
     on its base model, and the completions the run scored moved the way their advantages say."""
     if not any(abs(w).max() > 0 for w in weights.values()):
-        raise CapstoneError("the saved adapter is its initialisation: every LoRA B matrix is zero, as peft creates it. "
-                            "Fix: save the model after trainer.train(): model.save_pretrained(f\"{args.output_dir}/adapter\").")
+        raise CapstoneError("the saved adapter is its initialisation: every LoRA B matrix is zero, as peft creates "
+                            "it. Fix: save the model after trainer.train(): model.save_pretrained(...), README step 6.")
     from helpers.teaching.grpo_math import group_advantages  # TRL's arithmetic, recomputed from the rewards
 
     groups, w = [], t.get("reward_weights") or []
@@ -597,37 +586,49 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
         totals = [None if all(x != x for x in row) else sum(wi * x for wi, x in zip(w or [1.0] * len(row), row)
                                                                if x == x) for row in batch["rewards"]]
         n = int(t["config"].get("num_generations") or len(totals))
-        groups.append((group_advantages(totals, n if len(totals) % n == 0 else len(totals)), batch))
-    if not any(any(a) for a, _ in groups):
-        raise CapstoneError("the checker saw no scored completion with an advantage: every group's completions scored "
-                            "the same (or none was sampled), so there is nothing the adapter could have learned. Fix: "
-                            "rewards that differ within a group (partial credit, e.g. for each format tag), passed as "
-                            "GRPOTrainer(reward_funcs=[...]), and trainer.train().")
+        n = n if len(totals) % n == 0 else len(totals)
+        groups.append((group_advantages(totals, n), batch, n))
+    if not any(any(a) for a, _, _ in groups):
+        raise CapstoneError("no scored completion had an advantage: each group's completions scored the same (or none "
+                            "was sampled), so there was nothing to learn. Fix: rewards that differ within a group "
+                            "(partial credit), passed as GRPOTrainer(reward_funcs=[...]), and trainer.train().")
     try:
         model, tokenizer = _load_adapter(out / "adapter")
     except Exception as err:  # noqa: BLE001 - any failure to load is the adapter's: said with its fix
         raise CapstoneError(f"the saved adapter does not load with peft on its base model ({type(err).__name__}: "
-                            f"{err}). Fix: save the peft model you trained: model.save_pretrained("
-                            "f\"{args.output_dir}/adapter\").") from None
-    measured = []
-    for adv, b in groups:  # one forward pass per prompt's completions (TRL's groups), with and without the adapter
-        by_prompt = {}
-        for i in (i for i, a in enumerate(adv) if a):
-            by_prompt.setdefault(json.dumps(b["prompts"][i]), []).append(i)
-        for keep in by_prompt.values():
-            measured.append(([adv[i] for i in keep], _logp_changes(model, tokenizer, b["prompts"][keep[0]],
-                                                                   [b["completion_ids"][i] for i in keep])))
-    s, agreement = direction_test(measured)
-    if s <= 0 or agreement < AGREEMENT:
+                            f"{err}). Fix: save the peft model you trained: model.save_pretrained(...), README step 6.")
+    import torch
+
+    groups = [(b["prompts"][j], [b["completion_ids"][i] for i in keep], [adv[i] for i in keep])  # TRL's groups:
+              for adv, b, n in groups for j in range(0, len(adv), n)  # n completions of one prompt in a row
+              if (keep := [i for i in range(j, j + n) if adv[i]])]
+    with model.disable_adapter():
+        base = _logps(model, tokenizer, groups)
+
+    def direction() -> tuple[float, float, list]:
+        changes = [[x - y for x, y in zip(lp, bl)] for lp, bl in zip(_logps(model, tokenizer, groups), base)]
+        return (*direction_test(measured := [(g[2], c) for g, c in zip(groups, changes)]), measured)
+
+    s, agreement, measured = direction()
+    # Each LoRA B shuffled: a change of the same size, no direction. GRPO follows sum(advantage x log p)'s gradient.
+    lora, rng, shuffled = [p for n, p in model.named_parameters() if ".lora_B." in n], torch.Generator(), []
+    trained = [p.detach().clone() for p in lora]
+    for seed in range(SHUFFLES):
+        with torch.no_grad():
+            for p, w in zip(lora, trained):
+                p.copy_(w.flatten()[torch.randperm(w.numel(), generator=rng.manual_seed(seed))].view_as(w))
+        shuffled.append(abs(direction()[0]))
+    if s <= BEYOND * max(shuffled) or agreement < AGREEMENT:
         raise CapstoneError(
             "the saved adapter does not move the run's completions the way their advantages say: with it, the "
             "completions your rewards scored above their group's mean should gain log-probability over the base "
             "model and those below lose it. Measured on the run's "
-            f"{sum(len(a) for a, _ in measured)} completions with an advantage: sum(advantage x change) = {s:.3g}, "
-            f"{agreement:.0%} of the advantage moved its way (at least {AGREEMENT:.0%} is needed; a change made at "
+            f"{sum(len(a) for a, _ in measured)} completions with an advantage: sum(advantage x change) = {s:.3g} "
+            f"(needed: above {BEYOND:g} x {max(shuffled):.3g}, the most the same weights shuffled get), "
+            f"{agreement:.0%} of the advantage moved its way (at least {AGREEMENT:.0%}; a change made at "
             "random gets about 50%). Fix: save the model GRPOTrainer trained, right after trainer.train() "
             "(model.save_pretrained(f\"{args.output_dir}/adapter\")), with a learning rate above 0.")
-    return {"direction": s, "agreement": agreement, "groups": measured}
+    return {"direction": s, "agreement": agreement, "shuffled": shuffled, "groups": measured}
 
 
 def _verdict(r, report: dict, out: Path, steps: int, tmp: Path) -> dict:

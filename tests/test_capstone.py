@@ -582,7 +582,7 @@ VERDICTS = {
     "dr_grpo_accumulation.py": (True, ["mean reward on the 2 steps that sampled"]),
     "subclass_in_main.py": (True, ["correctness, formatting"]),
     "forged_record.py": (False, ["the saved adapter does not move the run's completions the way their advantages say",
-                                 "a change made at random gets about 50%", "Fix: save the model GRPOTrainer trained"]),
+                                 "the most the same weights shuffled get", "Fix: save the model GRPOTrainer trained"]),
     "random_reward.py": (False, ["your reward tags gave the same completions different scores on two calls",
                                  "Fix: score each completion from its text"]),
     "heldout_questions.py": (False, ["500 of the 500 questions your script trains on are from the held-out split",
@@ -605,7 +605,8 @@ def test_student_scripts_get_the_right_verdict(name):
     for phrase in phrases:
         assert phrase in result.message, (phrase, result.message)
     if passed:
-        assert result.details["agreement"] >= capstone.AGREEMENT and result.details["direction"] > 0
+        assert result.details["agreement"] >= capstone.AGREEMENT
+        assert result.details["direction"] > capstone.BEYOND * max(result.details["shuffled"])
 
 
 def test_reference_solution_is_about_fifty_lines_of_real_calls():
