@@ -35,6 +35,7 @@ KEEP = 2                      # how many of the latest checkpoints stay on disk
 USE_DRIVE = None              # None: Drive on Colab (04's reward reaches 05, 05's run reaches 06); local elsewhere
 OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
 USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
+RERUN_STEPS = None            # steps of 08's loop in the rerun exercise below (None: its 12, as the stored seeds ran)
 EXPORT_MERGED = False         # True: after training, also write the merged 16-bit model (Qwen2.5-1.5B: about 3 GB)
 EXPORT_GGUF = False           # True: after training, also write a GGUF file (llama.cpp, Ollama)
 HUB_REPO = None               # e.g. "your-name/grpo-math": upload the export (needs the HF_TOKEN secret)
@@ -410,7 +411,7 @@ rerun_value = 5e-5
 rerun_prediction = "c"
 
 # %%
-outcome = ex.q5.rerun(rerun_setting, rerun_value, rerun_prediction)  # your prediction is recorded first, then it runs
+outcome = ex.q5.rerun(rerun_setting, rerun_value, rerun_prediction, steps=RERUN_STEPS)  # recorded first, then run
 result = ex.q5.check(rerun_prediction, outcome=outcome)
 result
 

@@ -658,39 +658,41 @@ def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, c
     def fake_run(cmd, **kwargs):
         seen["cmd"] = cmd
         return types.SimpleNamespace(stdout="[grpo-kit] log line\n[grpo-kit] reusing an identical earlier run of 08's "
-                                            "loop (temperature=0.3) from x.json\n"
+                                            "loop (temperature=0.3, 12 steps) from x.json\n"
                                             + json.dumps([{"curve": [0.1, 0.5]}]))
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     monkeypatch.setattr(subprocess, "run", fake_run)
     rows = reruns.loop_reruns_here_or_apart([{"temperature": 0.3}])
     assert rows == [{"curve": [0.1, 0.5]}]
-    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-2]) == [{"temperature": 0.3}]
-    assert "reruns.loop_reruns" in seen["cmd"][2] and seen["cmd"][-1] == "reuse"
+    assert seen["cmd"][0] == sys.executable and json.loads(seen["cmd"][-3]) == [{"temperature": 0.3}]
+    assert "reruns.loop_reruns" in seen["cmd"][2] and seen["cmd"][-2:] == ["reuse", str(reruns.STEPS)]
     out = capsys.readouterr().out
     assert "reusing an identical earlier run" in out and "log line" not in out  # the reuse is said; the log is not
-    reruns.loop_reruns_here_or_apart([{}], reuse=False)
-    assert seen["cmd"][-1] == "again"
+    reruns.loop_reruns_here_or_apart([{}], reuse=False, steps=2)
+    assert seen["cmd"][-2:] == ["again", "2"]
 
 
 def test_an_identical_rerun_is_read_back_and_says_so(monkeypatch, tmp_path, capsys):
     """A rerun of 08's loop is deterministic on one machine: run again with the same change (the notebook after a
     disconnect, the homework's 05), it is read back instead of trained, and the output says so; a new value, other
-    kit code or reuse=False trains again."""
+    steps, other kit code or reuse=False trains again."""
     from helpers import reuse
 
     trained = []
 
     def fake_run(change, seed):
         trained.append(change["temperature"])
-        return {"curve": [change["temperature"] / 10] * reruns.STEPS}
+        return {"curve": [change["temperature"] / 10] * change["steps"]}
 
     monkeypatch.setattr(reruns, "_run", fake_run)
     monkeypatch.setattr(reruns, "_rerun_path", lambda key: tmp_path / f"{reuse.digest(key)}.json")
     first = reruns.loop_reruns([{"temperature": 0.3}])
     assert trained == [0.3] and "reusing" not in capsys.readouterr().out
     assert reruns.loop_reruns([{"temperature": 0.3}]) == first and trained == [0.3]
-    assert "identical earlier run of 08's loop (temperature=0.3)" in capsys.readouterr().out
+    assert "identical earlier run of 08's loop (temperature=0.3, 12 steps)" in capsys.readouterr().out
+    assert len(reruns.loop_reruns([{"temperature": 0.3}], steps=2)[0]["curve"]) == 2 and trained == [0.3, 0.3]
+    trained.pop()
     assert reruns.loop_reruns([{"temperature": 0.5}])[0]["curve"][0] == 0.05 and trained == [0.3, 0.5]
     reruns.loop_reruns([{"temperature": 0.3}], reuse=False)
     assert trained == [0.3, 0.5, 0.3]

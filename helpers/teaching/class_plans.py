@@ -35,7 +35,7 @@ EXECUTED = (RUN, SHOW)  # the steps whose notebook the CPU equivalent executes, 
 
 # The parameters the CPU equivalent may change: sizes only (how much runs), never what runs or where.
 SIZE_PARAMETERS = ("MAX_STEPS", "EVAL_SIZE", "NUM_GENERATIONS", "BATCH_SIZE", "MAX_COMPLETION_LENGTH",
-                   "EVAL_MAX_NEW_TOKENS", "PASS_K_SAMPLES")
+                   "EVAL_MAX_NEW_TOKENS", "PASS_K_SAMPLES", "RERUN_STEPS")
 # Every CPU-equivalent block: the embedded model (no GPU in CI) at CI's tiny sizes (tests/test_notebooks.py's TINY).
 # These are parameters of the shared setup cell, so every notebook reads them.
 CPU_SIZES = {"PRESET": "cpu", "EVAL_SIZE": 4, "NUM_GENERATIONS": 4, "BATCH_SIZE": 4, "MAX_COMPLETION_LENGTH": 32,
@@ -192,8 +192,8 @@ def t4_minutes(parameters: dict, from_step: int = 0) -> tuple[float, float]:
 
 _05_CLASS = {"MAX_STEPS": 60, "EVAL_SIZE": 50}
 _06_CLASS = {"EVAL_SIZE": 50, "PASS_K_SAMPLES": 2}
-_05_CPU = {"MAX_STEPS": 2}
-_05_HOMEWORK_CPU = {"MAX_STEPS": 4}
+_05_CPU = {"MAX_STEPS": 2, "RERUN_STEPS": 2}  # RERUN_STEPS: 08's loop in 05's rerun exercise (12 steps in class)
+_05_HOMEWORK_CPU = {"MAX_STEPS": 4, "RERUN_STEPS": 2}
 
 NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
     Block(5, "05_train", T4, SETUP, parameters=_05_CLASS, cpu=_05_CPU, does=(

@@ -21,21 +21,22 @@ STEPS = LOOP["steps"]  # 08's loop as the stored seeds ran it: at 6 steps their 
 SEED = 0  # 1.80-1.92 (results/lesson08-trl-curve.json), so only a long enough run tells a change from a seed
 
 
-def loop_reruns(changes: list[dict], seed: int = SEED, reuse: bool = True) -> list[dict]:
-    """One run of 08's loop per change ({setting: value}), STEPS steps from the base model, seed `seed`: each run's
-    curve. A run is deterministic on one machine, so its row is kept (helpers.reuse, keyed by rerun_key) and an
-    identical rerun reads it back and says so; reuse=False runs every change again."""
+def loop_reruns(changes: list[dict], seed: int = SEED, reuse: bool = True, steps: int = STEPS) -> list[dict]:
+    """One run of 08's loop per change ({setting: value}), `steps` steps from the base model, seed `seed`: each run's
+    curve (CI's 05 runs fewer steps: class_plans' RERUN_STEPS). A run is deterministic on one machine, so its row is
+    kept (helpers.reuse, keyed by rerun_key) and an identical rerun reads it back and says so; reuse=False runs every
+    change again."""
     rows, machine = [], rerun_machine()
     for change in changes:
-        key = rerun_key(change, seed, machine)
+        key = rerun_key({"steps": steps, **change}, seed, machine)
         path = _rerun_path(key)
         row = kit_reuse.read(path, key) if reuse else None
         if row is None:
-            row = _run(change, seed)
+            row = _run({"steps": steps, **change}, seed)
             kit_reuse.write(path, key, row)
         else:
-            say(f"reusing an identical earlier run of 08's loop ({change_text(change)}) from {path}; reuse=False "
-                "runs it again")
+            say(f"reusing an identical earlier run of 08's loop ({change_text(change)}, {steps} steps) from {path}; "
+                "reuse=False runs it again")
         rows.append(row)
     return rows
 
@@ -43,7 +44,7 @@ def loop_reruns(changes: list[dict], seed: int = SEED, reuse: bool = True) -> li
 def _run(change: dict, seed: int) -> dict:
     from helpers.teaching.exercises.nb08 import loop_run
 
-    return loop_run(seed, {"steps": STEPS, **change})
+    return loop_run(seed, {"steps": STEPS, **change})  # a change names its steps (loop_reruns adds them)
 
 
 def _rerun_path(key: dict) -> Path:
@@ -66,14 +67,14 @@ def change_text(change: dict) -> str:
     return settings_text(change) or "the default settings"
 
 
-def loop_reruns_here_or_apart(changes: list[dict], reuse: bool = True) -> list[dict]:
+def loop_reruns_here_or_apart(changes: list[dict], reuse: bool = True, steps: int = STEPS) -> list[dict]:
     """loop_reruns here; in a fresh process when Unsloth is loaded (it patches TRL and transformers for the GPU),
     whose lines about reused runs are shown here too."""
     if "unsloth" not in sys.modules:
-        return loop_reruns(changes, reuse=reuse)
-    code = ("import json, sys; from helpers.teaching import reruns; "
-            "print(json.dumps(reruns.loop_reruns(json.loads(sys.argv[1]), reuse=sys.argv[2] == 'reuse')))")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(changes), "reuse" if reuse else "again"],
+        return loop_reruns(changes, reuse=reuse, steps=steps)
+    code = ("import json, sys; from helpers.teaching import reruns; print(json.dumps(reruns.loop_reruns("
+            "json.loads(sys.argv[1]), reuse=sys.argv[2] == 'reuse', steps=int(sys.argv[3]))))")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(changes), "reuse" if reuse else "again", str(steps)],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
     lines = out.stdout.strip().splitlines()
     for line in lines[:-1]:

@@ -577,10 +577,10 @@ def _value_problem(setting, value) -> str | None:
 class _RerunExercise(Exercise):
     """The predict-change-rerun exercise: .rerun(setting, value, prediction) records the prediction, then runs."""
 
-    def rerun(self, setting, value, prediction, reuse: bool = True):
-        """08's loop for reruns.STEPS steps with setting=value (minutes on 2 cores), or read back from an
-        identical earlier rerun on this machine (reuse=False: run again). Returns the RerunOutcome the check
-        compares with the default settings' stored seeds."""
+    def rerun(self, setting, value, prediction, reuse: bool = True, steps: int | None = None):
+        """08's loop for `steps` steps (None: reruns.STEPS, LOOP's) with setting=value (minutes on 2 cores), or read
+        back from an identical earlier rerun on this machine (reuse=False: run again). Returns the RerunOutcome the
+        check compares with the default settings' stored seeds after as many steps."""
         try:
             choice = letter_of(prediction, RERUN_CHOICES)
         except Fail as f:
@@ -590,9 +590,10 @@ class _RerunExercise(Exercise):
         if problem:
             print(f"{problem}; nothing was run.")
             return None
-        print(f"Your prediction, recorded: {choice!r}. Running lesson 08's loop for {reruns.STEPS} steps with "
+        steps = int(steps or reruns.STEPS)
+        print(f"Your prediction, recorded: {choice!r}. Running lesson 08's loop for {steps} steps with "
               f"{setting}={value:g} ...")
-        (row,) = reruns.loop_reruns_here_or_apart([{setting: float(value)}], reuse=reuse)
+        (row,) = reruns.loop_reruns_here_or_apart([{setting: float(value)}], reuse=reuse, steps=steps)
         outcome = RerunOutcome(setting, float(value), choice, row["curve"], default_finals(len(row["curve"])))
         print(outcome.table())
         return outcome
