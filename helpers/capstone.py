@@ -471,7 +471,7 @@ def _judge_adapter(t: dict, out: Path, tmp: Path) -> tuple[int, int]:
 
 AGREEMENT = 0.75  # the share of |advantage| that must move its way (direction_test): 0.5 is what chance gives
 MAX_BATCHES = 4  # the scored batches measured (the first ones): 2 steps sample 1-2 of them
-SHUFFLES, BEYOND = 4, 4.0  # S must exceed BEYOND x the largest |S| of SHUFFLES shuffles of the adapter's LoRA B
+SHUFFLES, BEYOND = 4, 10.0  # S must exceed BEYOND x the largest |S| of SHUFFLES shuffles of the adapter's LoRA B
 
 
 def _judge_reward_cases(t: dict, cases: list[dict]) -> None:

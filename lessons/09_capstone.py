@@ -113,8 +113,9 @@ capstone.check(SCRIPT)
 # - **the adapter you saved learned**: it loads on the base model, its LoRA B matrices are no longer all zero (peft
 #   starts them there), and with it the completions your run sampled move the way their advantages say: the checker
 #   recomputes each group's advantages from the rewards (04's formula) and each completion's log-probability with and
-#   without the adapter (08's `completion_logps`). Those above their group's mean must gain log-probability and those
-#   below lose it, for at least 75% of the advantage; noise written into the weights gets about 50%;
+#   without the adapter (08's `completion_logps`). The sum of advantage x change must be more than 10 times what the
+#   same adapter gets with its LoRA B entries shuffled (a change of the same size in no direction), and completions
+#   carrying at least 75% of the advantage must move its way (above their group's mean: gain; below: lose);
 # - **your rewards read the answer**: the checker calls them on 04's right completions, each beside a twin whose
 #   answer is changed to a wrong number. The same completion must score the same twice (random numbers are refused),
 #   and the right ones must score more than their twins (a format-only reward is refused);
