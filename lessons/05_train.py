@@ -36,29 +36,14 @@ USE_DRIVE = None              # None: Drive on Colab (04's reward reaches 05, 05
 OVERWRITE = False             # True: replace an earlier run in RUN_DIR instead of resuming it
 USE_MY_REWARDS = True         # also train with the rewards you wrote in 04 (saved in RUN_DIR/my_rewards.py)
 RERUN_STEPS = None            # steps of 08's loop in the rerun exercise below (None: its 12, as the stored seeds ran)
-EXPORT_MERGED = False         # True: after training, also write the merged 16-bit model (Qwen2.5-1.5B: about 3 GB)
+EXPORT_MERGED = False         # True: after training, also write the merged 16-bit model (2 bytes a parameter: about 3 GB for a 1.5B model)
 EXPORT_GGUF = False           # True: after training, also write a GGUF file (llama.cpp, Ollama)
 HUB_REPO = None               # e.g. "your-name/grpo-math": upload the export (needs the HF_TOKEN secret)
 EXPORT_TO_DRIVE = False       # True (Colab): exports go to Google Drive instead of this runtime's disk
 OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stopping
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %% [markdown]
 # ## The budget and the preset
@@ -145,7 +130,7 @@ def make_config(p, runtime, output_dir, save_steps):
         scale_rewards=p.scale_rewards,           # "group": advantage = (reward - group mean) / group std
         beta=p.beta,                             # weight of the KL penalty; 0.0 = no reference model in memory
         # --- the optimizer
-        learning_rate=p.learning_rate,           # LoRA on the tiny CPU model: 2.5e-4; the 1.5B uses 5e-6
+        learning_rate=p.learning_rate,           # LoRA on the tiny CPU model: {{cpu.learning_rate|e}}; the t4 preset: {{t4.learning_rate|e}}
         weight_decay=p.weight_decay,
         warmup_steps=p.warmup_steps,
         lr_scheduler_type=p.lr_scheduler_type,

@@ -293,3 +293,42 @@ def test_run_all_on_a_blank_student_copy_reaches_the_end(path, student_run_dir):
         check = next(c for c in nb.cells[i + 1:] if c.cell_type == "code" and ".check(" in c.source)
         assert "not answered yet" in _outputs_text(check), f"{path.name}: the check after cell {i} says {_outputs_text(check)!r}"
     assert not any(o.output_type == "error" for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+# What may still name a preset's old value after it changes: the capstone's worked script (a student's file, which
+# cannot import the presets), 05's recipe answer (the learning rate the measured runs used), a line that reports a
+# measurement, docs/memory.md and docs/gpu-stack.md (that model measured on a GPU, the stack it ran on) and the lab's
+# record of measured runs.
+_RECORDS = ("docs/memory.md", "docs/gpu-stack.md", "lab/docs/performance.md")
+
+
+def test_a_changed_t4_model_and_cpu_learning_rate_reach_every_lesson_readme_and_doc(tmp_path, monkeypatch):
+    """An instructor changes the t4 model and the cpu learning rate once, in helpers/config.py's presets, and
+    rebuilds: every notebook, README and doc mention follows, and none is left behind."""
+    from dataclasses import replace
+
+    builder = _builder()
+    old_t4, old_cpu = builder.PRESETS["t4"], builder.PRESETS["cpu"]
+    new_model, new_lr = "Qwen/Qwen3-4B-Instruct-2507", 3e-4
+    monkeypatch.setattr(builder, "PRESETS", {**builder.PRESETS, "t4": replace(old_t4, model_name=new_model),
+                                             "cpu": replace(old_cpu, learning_rate=new_lr)})
+    texts = {p.relative_to(tmp_path).as_posix(): "\n".join(c.source for c in nbformat.read(p, as_version=4).cells)
+             if p.suffix == ".ipynb" else p.read_text() for p in builder.build(tmp_path) if p.suffix in (".ipynb", ".md")}
+    capstone = (ROOT / "capstone" / "solution" / "train_grpo.py").read_text()
+    recipe = next(e["solution"] for e in builder.registry()["05"]["exercises"] if e["name"] == "recipe_choice")
+    old_model = old_t4.model_name.rsplit("/", 1)[-1].removesuffix("-Instruct")  # Qwen2.5-1.5B
+    old_lrs = (builder.FILTERS["e"](str(old_cpu.learning_rate)), str(old_cpu.learning_rate))  # 2.5e-4, 0.00025
+    left = []
+    for path, text in texts.items():
+        if path in _RECORDS:
+            continue
+        for line in text.splitlines():
+            if line.strip() and (line.strip() in capstone or line.strip() in recipe or "measured" in line):
+                continue
+            if old_model in line or any(lr in line for lr in old_lrs):
+                left.append(f"{path}: {line.strip()[:120]}")
+    assert not left, "a preset's value typed by hand (write {{t4.model_name|name}} / {{cpu.learning_rate|e}}):\n" + \
+        "\n".join(left)
+    readme, notebook_02 = texts["README.md"], texts["notebooks/02_load_model.ipynb"]
+    assert readme.count("Qwen3-4B-Instruct-2507") >= 2 and "Qwen3-4B-Instruct-2507" in notebook_02
+    assert "LoRA on the tiny CPU model: 3e-4" in texts["notebooks/05_train.ipynb"]
