@@ -25,8 +25,9 @@ file's text (09's capstone script lives once, in capstone/solution/train_grpo.py
 becomes helpers.notebook_setup.SETUP_CELL, the one setup cell of every notebook.
 
 The markdown files (README.md, capstone/README.md, docs/*.md, lab/docs/*.md) carry the same facts as spans the build
-rewrites in place, readable on GitHub: `<!--{{t4.model_name|name}}-->Qwen2.5-1.5B-Instruct<!--/-->`. Change a preset
-and rebuild: every lesson, README and doc follows; --check names a file that did not (tests/test_student_notebooks.py).
+rewrites in place, readable on GitHub: `<!--{{t4.max_steps}}-->250<!--/-->` (`{{t4.model_name|name}}` is the model
+without its organisation). Change a preset and rebuild: every lesson, README and doc follows; --check names a file
+that did not (tests/test_student_notebooks.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _e(value: str) -> str:
     return f"{float(mantissa):g}e{int(exponent)}"
 
 
-FILTERS = {"name": lambda value: value.rsplit("/", 1)[-1],  # unsloth/Qwen2.5-1.5B-Instruct -> Qwen2.5-1.5B-Instruct
+FILTERS = {"name": lambda value: value.rsplit("/", 1)[-1],  # an organisation/model id -> the model
            "e": _e}  # 0.00025 -> 2.5e-4, as a learning rate is written
 FACT_RE = re.compile(r"<!--(\{\{[^}]+\}\})-->(.*?)<!--/-->")  # a fact in a markdown file, rewritten in place
 SETUP_LINE = "# {{setup cell}}"

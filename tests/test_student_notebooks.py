@@ -316,7 +316,7 @@ def test_a_changed_t4_model_and_cpu_learning_rate_reach_every_lesson_readme_and_
              if p.suffix == ".ipynb" else p.read_text() for p in builder.build(tmp_path) if p.suffix in (".ipynb", ".md")}
     capstone = (ROOT / "capstone" / "solution" / "train_grpo.py").read_text()
     recipe = next(e["solution"] for e in builder.registry()["05"]["exercises"] if e["name"] == "recipe_choice")
-    old_model = old_t4.model_name.rsplit("/", 1)[-1].removesuffix("-Instruct")  # Qwen2.5-1.5B
+    old_model = old_t4.model_name.rsplit("/", 1)[-1].removesuffix("-Instruct")  # the family and size
     old_lrs = (builder.FILTERS["e"](str(old_cpu.learning_rate)), str(old_cpu.learning_rate))  # 2.5e-4, 0.00025
     left = []
     for path, text in texts.items():
