@@ -12,7 +12,7 @@
 # - Know what "it learned" means, measured from outside your script: the adapter you saved moves the completions your run sampled the way their advantages say (above the group's mean: more likely; below: less), and your rewards score a right answer above the same completion with a wrong one.
 # - Check a script from a notebook cell (`capstone.check`) or a terminal (`python -m helpers.capstone`).
 #
-# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), then the checker's own measurement of the saved adapter: 2 min 22 s measured on a loaded 2-core machine (load average 5-6: the script 107 s, the measurement about 35 s; `time python -m helpers.capstone capstone/solution/train_grpo.py`, 2026-11-29); less on an idle one.
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), then the checker's own measurement of the saved adapter: 53 s measured on an idle 2-core machine (the script 32 s, the measurement about 20 s; `time python -m helpers.capstone capstone/solution/train_grpo.py`, 2026-11-29), longer on a busy one.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -96,7 +96,7 @@ print(f"the exercise cell writes {SCRIPT}" + (" (a file is there now: the cell r
 # {{include capstone/solution/train_grpo.py}}
 
 # %%
-# The check: runs the script for 2 GRPO steps in a temporary folder, measures the adapter it saved (2 min 22 s on a busy 2-core CPU) and says "Passed" or what to fix
+# The check: runs the script for 2 GRPO steps in a temporary folder, measures the adapter it saved (53 s on an idle 2-core CPU) and says "Passed" or what to fix
 capstone.check(SCRIPT)
 
 # %% [markdown]
