@@ -477,8 +477,7 @@ SHUFFLES, BEYOND = 4, 10.0  # S must exceed BEYOND x the largest |S| of SHUFFLES
 def _judge_reward_cases(t: dict, cases: list[dict]) -> None:
     """The student's rewards, run after train() on pairs of 04's completions (capstone_watch.reward_cases): the same
     scores on a second call (random numbers are refused), and each right one above its twin with a wrong answer."""
-    how = ("The checker calls each reward as TRL does, after train(): prompts=, completions= (chat messages when "
-           "your prompts are), answer= (04's gold answer), and your dataset's other columns.")
+    how = "The checker calls each reward as TRL does, after train(), with answer= (04's gold) and your other columns."
     probe, total = t.get("probe") or {}, [0.0] * len(cases)
     if "error" in probe:
         raise CapstoneError(f"your rewards failed on lesson 04's labelled completions ({probe['error']}). {how} Fix: "
@@ -520,11 +519,10 @@ def _judge_questions(t: dict) -> None:
     """No question the script trained on is one of the kit's held-out synthetic questions (helpers.data.split_of)."""
     questions, names = t.get("questions") or [], tuple(f"{n} " for n in data._NAMES)  # a synthetic one's first word
     if heldout := _synthetic({q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}):
-        n = sum(q in heldout for q in questions)
         raise CapstoneError(
-            f"{n} of the {len(questions)} questions your script trains on are from the held-out split, the questions "
-            f"the kit evaluates on (e.g. \"{sorted(heldout)[0]}\"): a score on them would measure what the model "
-            "memorised, not what it learned. Fix: train on the train split: helpers.data.synthetic_problems(n, "
+            f"{sum(q in heldout for q in questions)} of the {len(questions)} questions your script trains on are from "
+            f"the held-out split, the questions the kit evaluates on (e.g. \"{sorted(heldout)[0]}\"): a score on them "
+            "measures memory, not learning. Fix: train on the train split: helpers.data.synthetic_problems(n, "
             "\"train\") (gsm8k_records(\"train\") on a GPU), and keep \"heldout\" for evaluation.")
 
 
@@ -533,17 +531,22 @@ def _load_adapter(adapter: Path):
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     base_name = json.loads((adapter / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    gpu = torch.cuda.is_available()
-    base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch.float32 if gpu else torch.float64)
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in the student's notebook: the checker says it
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch.float32 if torch.cuda.is_available() else
+                                                    torch.float64).to("cuda" if torch.cuda.is_available() else "cpu")
+    finally:
+        hf_logging.enable_progress_bar() if bar else None
     tokenizer = AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else base_name)
-    return PeftModel.from_pretrained(base.to("cuda" if gpu else "cpu"), str(adapter)).to(base.dtype).eval(), tokenizer
+    return PeftModel.from_pretrained(base, str(adapter)).to(base.dtype).eval(), tokenizer
 
 
 def _logps(model, tokenizer, groups) -> list[list[float]]:
-    """log p(completion | prompt) of each group's completions, one forward pass per group (TRL's groups: one prompt):
-    lesson 08 §6's sequence log-probability, helpers.teaching.grpo_math.completion_logps."""
+    """log p(completion | prompt) per group, one forward pass each: 08 §6's sequence log-prob (completion_logps)."""
     import torch
 
     from helpers.teaching.grpo_math import completion_logps
@@ -568,9 +571,8 @@ def direction_test(groups: list[tuple[list[float], list[float]]]) -> tuple[float
     of |advantage| whose change has its sign. A group's advantages sum to 0: one sign for all (what noise in the
     weights does to the base model's own samples) agrees on half, random signs on half on average."""
     pairs = [(a, d) for adv, change in groups for a, d in zip(adv, change) if a]
-    total = sum(abs(a) for a, _ in pairs)
     agree = sum(abs(a) for a, d in pairs if a * d > 0)
-    return sum(a * d for a, d in pairs), (agree / total if total else 0.0)
+    return sum(a * d for a, d in pairs), (agree / total if (total := sum(abs(a) for a, _ in pairs)) else 0.0)
 
 
 def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
@@ -579,6 +581,7 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
     if not any(abs(w).max() > 0 for w in weights.values()):
         raise CapstoneError("the saved adapter is its initialisation: every LoRA B matrix is zero, as peft creates "
                             "it. Fix: save the model after trainer.train(): model.save_pretrained(...), README step 6.")
+    import torch
     from helpers.teaching.grpo_math import group_advantages  # TRL's arithmetic, recomputed from the rewards
 
     groups, w = [], t.get("reward_weights") or []
@@ -597,8 +600,6 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
     except Exception as err:  # noqa: BLE001 - any failure to load is the adapter's: said with its fix
         raise CapstoneError(f"the saved adapter does not load with peft on its base model ({type(err).__name__}: "
                             f"{err}). Fix: save the peft model you trained: model.save_pretrained(...), README step 6.")
-    import torch
-
     groups = [(b["prompts"][j], [b["completion_ids"][i] for i in keep], [adv[i] for i in keep])  # TRL's groups:
               for adv, b, n in groups for j in range(0, len(adv), n)  # n completions of one prompt in a row
               if (keep := [i for i in range(j, j + n) if adv[i]])]

@@ -1,8 +1,9 @@
-"""The capstone checker's watch, inside the student's interpreter (helpers.capstone runs the script under
+"""The capstone checker's trip-wire, inside the student's interpreter (helpers.capstone runs the script under
 `_bootstrap`): the steps the student's own trainer.train() runs, counted by a TrainerCallback only this module holds,
-the LoRA B matrices before and after them, the reward functions' origin, and every use of the kit's pipeline however
-it is reached (an import by any mechanism, its source read or exec'd, a Python subprocess), noted and stopped.
-helpers.capstone reads the report this writes and judges it."""
+the LoRA B matrices before and after them, the reward functions' origin, each batch TRL scores, the training
+questions, the rewards run on lesson 04's completions after train(), and every use of the kit's pipeline however it
+is reached (an import by any mechanism, its source read or exec'd, a Python subprocess), noted and stopped. The
+script could write this report: helpers.capstone judges the saved adapter itself, after the script ended."""
 
 from __future__ import annotations
 
@@ -341,12 +342,15 @@ def _record_batches(trainer, record: dict) -> None:
     @functools.wraps(calculate)
     def recorded(inputs, prompts, completions, completion_ids_list, *args, **kwargs):
         scores = calculate(inputs, prompts, completions, completion_ids_list, *args, **kwargs)
-        keys = [k for k in (inputs[0] if inputs else {}) if k not in ("prompt", "completion", "completion_ids")]
-        record["batches"].append({
-            "prompts": prompts, "completions": completions,
-            "completion_ids": [[int(i) for i in ids] for ids in completion_ids_list],
-            "columns": {k: [_jsonable(row[k]) for row in inputs] for k in keys},
-            "rewards": scores.detach().float().cpu().tolist()})
+        try:  # the student's run goes on whatever this note meets; the checker then says it saw no scored batch
+            keys = [k for k in (inputs[0] if inputs else {}) if k not in ("prompt", "completion", "completion_ids")]
+            record["batches"].append({
+                "prompts": prompts, "completions": completions,
+                "completion_ids": [[int(i) for i in ids] for ids in completion_ids_list],
+                "columns": {k: [_jsonable(row[k]) for row in inputs] for k in keys},
+                "rewards": scores.detach().float().cpu().tolist()})
+        except Exception:  # noqa: BLE001 - see above
+            pass
         return scores
 
     trainer._calculate_rewards = recorded
