@@ -618,7 +618,7 @@ def test_the_rerun_check_grades_the_predicted_direction_against_the_seeds_spread
     seeds = [0.9, 1.0, 1.1]  # mean 1.0, sd 0.1: the band is 0.8 to 1.2
 
     def outcome(final, prediction):
-        return nb05.RerunOutcome("learning_rate", 1e-3, prediction, [0.2, 0.3, final, final, final], seeds)
+        return nb05.RerunOutcome("learning_rate", 1e-3, prediction, [0.2] * (reruns.STEPS - 3) + [final] * 3, seeds)
 
     assert nb05.rerun_truth(outcome(1.25, "a").curve, seeds)[0] == "a"
     assert nb05.rerun_truth(outcome(0.75, "a").curve, seeds)[0] == "c"
@@ -643,6 +643,22 @@ def test_the_kits_own_rerun_is_graded_against_the_stored_seeds():
     assert len(nb05.default_finals(reruns.STEPS)) == 3
     truth, evidence = nb05.rerun_truth(m["curve"], nb05.default_finals(reruns.STEPS))
     assert truth == RIGHT[("nb05", "rerun_prediction")], evidence
+
+
+def test_a_rerun_too_short_to_tell_a_change_from_a_seed_is_not_graded_as_one():
+    """After 2 steps the default seeds' spread holds a run that learns nothing (the stored lr-0 controls), so a
+    rerun that short is refused with the fix (its full length); the kit's own change (CI's 05 runs it at 2 steps)
+    is graded on its stored full-length rerun instead, and the rerun says so."""
+    nb05 = E.nb05
+    assert nb05.too_short(reruns.STEPS) is None and "too few to tell" in nb05.too_short(2)
+    short = nb05.RerunOutcome("temperature", 0.5, "b", [0.1, 0.1], nb05.default_finals(2))
+    result = nb05.rerun_prediction.check("b", outcome=short)
+    assert not result.passed and "too few to tell" in result.message and f"steps={reruns.STEPS}" in result.message
+    m = nb05.RERUN_MEASURED
+    kits = nb05.RerunOutcome(m["setting"], m["value"], "c", [0.1, 0.1], nb05.default_finals(2))
+    assert nb05.rerun_prediction.check("c", outcome=kits).passed
+    assert not nb05.rerun_prediction.check("b", outcome=nb05.RerunOutcome(m["setting"], m["value"], "b", [0.1, 0.1],
+                                                                            nb05.default_finals(2))).passed
 
 
 def test_the_rerun_runs_in_a_fresh_process_when_unsloth_is_loaded(monkeypatch, capsys):

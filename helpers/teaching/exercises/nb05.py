@@ -517,7 +517,6 @@ RERUN_WHY = {
 def default_finals(steps: int) -> list[float]:
     """The final reward after `steps` steps of each stored seed of the default settings (08's loop_seeds)."""
     from helpers.teaching.grpo_math import final_reward, loop_record
-
     return [final_reward(s["curve"][:steps]) for s in loop_record()["loop_seeds"]]
 
 
@@ -527,6 +526,21 @@ def spread_band(finals) -> tuple[float, float, float]:
     mean = sum(finals) / n
     sd = math.sqrt(sum((f - mean) ** 2 for f in finals) / (n - 1)) if n > 1 else 0.0
     return mean, mean - 2 * sd, mean + 2 * sd
+
+
+def too_short(steps: int) -> str | None:
+    """Why `steps` steps are too few to tell a change from a seed (the default seeds' spread after that many steps
+    holds a run that learns nothing: their lr-0 controls' mean final reward), or None."""
+    from helpers.teaching.grpo_math import final_reward, loop_record
+    _mean, low, high = spread_band(default_finals(steps))
+    control = spread_band([final_reward(s["control"][:steps]) for s in loop_record()["loop_seeds"]])[0]
+    if low > control:
+        return None
+    return (f"{steps} steps are too few to tell a change from a seed: the default seeds' spread after {steps} steps "
+            f"({low:.3f} to {high:.3f}) holds a run that learns nothing (the lr-0 controls end at {control:.3f})")
+
+
+_kits_own = lambda setting, value: (setting, value) == (RERUN_MEASURED["setting"], RERUN_MEASURED["value"])  # noqa: E731
 
 
 @dataclass
@@ -541,7 +555,6 @@ class RerunOutcome:
 
     def table(self) -> str:
         from helpers.teaching.grpo_math import final_reward, window
-
         mean, low, high = spread_band(self.defaults)
         k = window(len(self.curve))
         return (f"  mean reward of each group ({self.setting}={self.value:g}): {[round(c, 3) for c in self.curve]}\n"
@@ -553,7 +566,6 @@ def rerun_truth(curve, defaults) -> tuple[str, str]:
     """(letter, evidence): did the changed run's final reward end above (a), inside (b) or below (c) the default
     settings' seeds' mean +- 2 sd?"""
     from helpers.teaching.grpo_math import final_reward, window
-
     final, (mean, low, high) = final_reward(curve), spread_band(defaults)
     letter = "a" if final > high else "c" if final < low else "b"
     return letter, (f"after {len(curve)} steps its final reward (the mean of its last {window(len(curve))} groups) is "
@@ -563,7 +575,6 @@ def rerun_truth(curve, defaults) -> tuple[str, str]:
 
 def _value_problem(setting, value) -> str | None:
     from helpers.teaching.grpo_math import LOOP
-
     if setting not in RERUN_RANGES:
         return f"rerun_setting = {setting!r}: choose one of {', '.join(map(repr, RERUN_RANGES))}"
     low, high = RERUN_RANGES[setting]
@@ -596,6 +607,11 @@ class _RerunExercise(Exercise):
         (row,) = reruns.loop_reruns_here_or_apart([{setting: float(value)}], reuse=reuse, steps=steps)
         outcome = RerunOutcome(setting, float(value), choice, row["curve"], default_finals(len(row["curve"])))
         print(outcome.table())
+        short = too_short(len(row["curve"]))
+        if short:
+            print(f"  {short}: " + ("the check grades the kit's own rerun of this change at "
+                                    f"{len(RERUN_MEASURED['curve'])} steps." if _kits_own(setting, value) else
+                                    f"run it again with steps={reruns.STEPS} (RERUN_STEPS = None)."))
         return outcome
 
 
@@ -608,6 +624,13 @@ def _judge_rerun(answer, outcome=None):
         raise Fail("your prediction", f"the rerun recorded {outcome.prediction!r} before it ran, and you now answer "
                    f"{choice!r}: a prediction made after the result is not one. Run ex.{rerun_prediction.qid}.rerun"
                    "(...) again with the new prediction.")
+    short = too_short(len(outcome.curve))
+    if short and not _kits_own(outcome.setting, outcome.value):
+        raise Fail("your rerun", f"{short}. Run it again with steps={reruns.STEPS} (RERUN_STEPS = None in the "
+                                 "parameters cell), the steps the seeds were stored with.")
+    if short:  # a short run of the kit's own change (CI's sizes): its stored full-length rerun is the evidence
+        m = RERUN_MEASURED
+        outcome = RerunOutcome(m["setting"], m["value"], choice, m["curve"], default_finals(len(m["curve"])))
     truth, evidence = rerun_truth(outcome.curve, outcome.defaults)
     if choice != truth:
         raise Fail(f"choice {choice}", f"not {choice!r}: with {outcome.setting}={outcome.value:g} {evidence}: "
