@@ -31,22 +31,7 @@ MAX_COMPLETION_LENGTH = None  # tokens per completion during training
 EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 
 # %%
-# Setup - the same cell in every notebook (helpers/notebook_setup.py). Colab: finds the kit (an earlier clone, an uploaded zip, a copy on Drive) or clones it, installs its pinned stack at most once per runtime.
-import glob, os, subprocess, sys, zipfile
-from pathlib import Path
-def kit_dirs():
-    return [p for p in [Path.cwd(), *Path.cwd().parents] if (p / "helpers" / "notebook_setup.py").is_file()] + sorted(
-        Path(f).resolve().parents[1] for f in glob.glob("*/helpers/notebook_setup.py") + glob.glob("drive/MyDrive/*/helpers/notebook_setup.py"))
-if any(k.startswith("COLAB_") for k in os.environ) and not kit_dirs():  # Colab's working directory is /content
-    [zipfile.ZipFile(z).extractall() for z in glob.glob("*.zip") if "helpers/notebook_setup.py" in str(zipfile.ZipFile(z).namelist())]
-    if not kit_dirs(): subprocess.run(["git", "clone", "-q", "https://github.com/grpo-course-kit/grpo-course-kit", "grpo-course-kit"], check=True)
-ROOT = kit_dirs()[0]
-if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
-from helpers import notebook_setup as setup
-setup.install_if_colab(ROOT, lesson=LESSON)
-kit = setup.prepare(PRESET, lesson=LESSON, drive=USE_DRIVE, run_dir=RUN_DIR, max_steps=MAX_STEPS, eval_size=EVAL_SIZE,
-                    num_generations=NUM_GENERATIONS, per_device_train_batch_size=BATCH_SIZE,
-                    max_completion_length=MAX_COMPLETION_LENGTH, eval_max_new_tokens=EVAL_MAX_NEW_TOKENS)
+# {{setup cell}}
 
 # %% [markdown]
 # ## The task

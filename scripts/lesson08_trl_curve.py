@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from helpers.messages import say  # noqa: E402
 from helpers.teaching.exercises.nb08 import loop_run  # noqa: E402
 from helpers.teaching.grpo_math import LOOP, TRL_CURVE, control_run  # noqa: E402
 
@@ -74,11 +75,11 @@ def main(argv=None) -> int:
     for seed in [int(s) for s in args.seeds.split(",") if s]:
         data["loop_seeds"] = [s for s in data["loop_seeds"] if s["seed"] != seed] + [seed_run(seed)]
         out.write_text(json.dumps(data, indent=1) + "\n")  # after each seed: a long run keeps its part
-        print(f"[grpo-kit] the lesson's loop, seed {seed}: {data['loop_seeds'][-1]}")
+        say(f"the lesson's loop, seed {seed}: {data['loop_seeds'][-1]}")
     if args.trl:
         data["trl"] = trl_run()
         out.write_text(json.dumps(data, indent=1) + "\n")
-        print(f"[grpo-kit] TRL's curve ({len(data['trl']['curve'])} steps) written to {out}")
+        say(f"TRL's curve ({len(data['trl']['curve'])} steps) written to {out}")
     return 0
 
 
