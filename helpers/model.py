@@ -326,20 +326,38 @@ def refuse_second_engine() -> None:
         )
 
 
-def load_unsloth(settings):
-    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only.
+@contextmanager
+def unsloth_guard(settings, runtime=None):
+    """The kit around Unsloth's two loading calls, written out in 02's and 05's cell (lessons/unsloth_load.py) and
+    made by load_unsloth: refuses a second vLLM engine in this process and stops before loading when Unsloth
+    disabled vLLM at its import (call it after import_unsloth); yields started(model), which checks that vLLM really
+    started and remembers its engine. With a runtime, an out-of-memory error inside is explained (oom_doctor)."""
+    from helpers.memory.oom_doctor import oom_advice  # helpers.memory's estimates only when a model loads
 
-    Refuses to start a second vLLM engine in one process, and checks that vLLM really started (model.vllm_engine)
-    when fast_inference was asked for.
-    """
     if getattr(settings, "fast_inference", False):
         refuse_second_engine()
-    FastLanguageModel = import_unsloth().FastLanguageModel
     require_vllm_engine(None, settings)  # Unsloth disabled vLLM at import: its reason and the fix, before loading
-    model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
-    require_vllm_engine(model, settings)
-    _remember_engine(model)
-    model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(settings))
+
+    def started(model):
+        require_vllm_engine(model, settings)
+        _remember_engine(model)
+        return model
+
+    if runtime is None:
+        yield started
+    else:
+        with oom_advice(settings, gpu=runtime.total_gpu_gb if runtime.has_gpu else "t4"):
+            yield started
+
+
+def load_unsloth(settings):
+    """4-bit model through Unsloth with vLLM sharing the weights, plus a LoRA adapter. GPU only (02 and 05 write
+    these calls out)."""
+    FastLanguageModel = import_unsloth().FastLanguageModel
+    with unsloth_guard(settings) as started:
+        model, tokenizer = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(settings))
+        started(model)
+        model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(settings))
     return model, tokenizer
 
 

@@ -41,9 +41,11 @@ EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 # `fast_inference=True`, starts a vLLM engine on the *same* weight tensors (generation is most of GRPO's time);
 # `FastLanguageModel.get_peft_model` adds the LoRA adapter, the only part that trains. On a CPU the same two steps
 # are transformers' `from_pretrained` and peft's `get_peft_model`, on the embedded SmolLM2-135M (no vLLM).
-# Every value comes from the preset. (`helpers.model.load` makes the same calls for `python -m helpers.train` and
-# for 05, the T4 lab.) This runtime takes the CPU branch; the Unsloth branch runs where the t4 preset does (05, or
-# `PRESET = "t4"` on a GPU machine with the GPU stack).
+# Every value comes from the preset. The Unsloth branch is the load cell of 05, the T4 lab, line for line (one file,
+# lessons/unsloth_load.py, written into both notebooks); `python -m helpers.train` makes the same calls
+# (`helpers.model.load`). This runtime takes the CPU branch; the Unsloth branch runs where the t4 preset does (05, or
+# `PRESET = "t4"` on a GPU machine with the GPU stack). `unsloth_guard` is the kit's only part in it: it refuses a
+# second vLLM engine in one process, explains an out-of-memory error, and `started(model)` checks that vLLM started.
 #
 # On a GPU the guard in the setup cell checks that enough memory is free *before* the load (an OOM there usually
 # means an earlier model is still in memory: Runtime > Restart session). If vLLM's engine fails to start (a compile
@@ -52,32 +54,13 @@ EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 
 # %%
 from helpers.teaching import course
-from helpers.model import prepare_embedded_model
+from helpers.model import prepare_embedded_model, unsloth_guard
 from helpers.runtime import import_unsloth
 
 p = kit.preset
 memory = [course.memory_snapshot("before loading")]
-if kit.on_gpu:
-    FastLanguageModel = import_unsloth().FastLanguageModel  # Unsloth first: it patches transformers and TRL
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=p.model_name,                          # {{t4.model_name}}
-        max_seq_length=p.max_seq_length,                  # longest prompt + completion, in tokens
-        load_in_4bit=p.load_in_4bit,                      # True: 4-bit weights, about a third of fp16's memory
-        fast_inference=p.fast_inference,                  # True: vLLM generates, sharing these weights
-        max_lora_rank=p.lora_rank,                        # vLLM must know the largest adapter it will serve
-        gpu_memory_utilization=p.gpu_memory_utilization,  # vLLM's share of the card: weights + KV cache
-        # vllm_enforce_eager=True (only with fast_inference): vLLM without CUDA graphs, if its engine fails to start
-        **({"enforce_eager": True} if p.vllm_enforce_eager else {}),
-    )
-    model = FastLanguageModel.get_peft_model(
-        model,
-        r=p.lora_rank,                                    # adapter rank: its size and capacity
-        target_modules=list(p.lora_target_modules),       # q/k/v/o attention and gate/up/down MLP projections
-        lora_alpha=p.lora_alpha,                          # the update is scaled by lora_alpha / r
-        use_gradient_checkpointing="unsloth" if p.gradient_checkpointing else False,  # recompute: less memory
-        random_state=p.seed,
-    )
-else:
+# {{include lessons/unsloth_load.py}}
+if not kit.on_gpu:  # a CPU: transformers + peft, the same two steps
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer

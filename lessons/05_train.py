@@ -57,7 +57,9 @@ OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stoppin
 # optimizer, gradient checkpointing, and no reference model (`beta=0`).
 
 # %%
+from helpers.model import unsloth_guard
 from helpers.run import pipeline
+from helpers.runtime import import_unsloth
 from helpers.teaching import course
 from helpers.run.metrics import read_metrics
 
@@ -68,9 +70,13 @@ course.print_preset(kit.preset)
 #
 # These are the first steps of `python -m helpers.train`, called with the preset itself (not command-line strings):
 # `start` refuses impossible settings before anything loads and decides between a fresh start, a resume, and a
-# refusal for `RUN_DIR`; `load_model` runs the loading calls you wrote out in 02 (if vLLM's engine fails to start
-# there, `vllm_enforce_eager=True` in `setup.prepare(...)`: docs/troubleshooting.md); `load_data` drops prompts longer
-# than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on held-out questions.
+# refusal for `RUN_DIR`. On the T4 the model comes from Unsloth's two calls, the cell you read in 02:
+# `FastLanguageModel.from_pretrained(..., load_in_4bit=True, fast_inference=True, gpu_memory_utilization=...)` loads
+# the 4-bit weights and starts vLLM on them, with the preset's values in sight, and `get_peft_model` adds the LoRA
+# adapter (if vLLM's engine fails to start, `vllm_enforce_eager=True` in `setup.prepare(...)`:
+# docs/troubleshooting.md). On a CPU `pipeline.load_model` makes 02's CPU calls with the kit's CPU speed-ups.
+# `load_data` drops prompts longer than `max_prompt_length` (03); `evaluate_before` measures greedy accuracy on
+# held-out questions.
 #
 # The rewards are a list of functions: the kit's five (04), plus the ones you saved in 04's exercise
 # {{exercise.brevity_reward}} (on Colab they come from Drive when both notebooks keep `USE_DRIVE = None` and the same
@@ -84,7 +90,11 @@ reward_funcs = list(DEFAULT_REWARDS) + (course.load_rewards(kit.run_dir) if USE_
 options = pipeline.RunOptions(run_dir=kit.run_dir, overwrite=OVERWRITE, save_steps=SAVE_STEPS, keep=KEEP)
 state = pipeline.start(kit.preset, options, reward_funcs, kit.runtime)  # checks, plans RUN_DIR, config.json
 memory = [course.memory_snapshot("before loading")]
-model, tokenizer = pipeline.load_model(state)                # 02's from_pretrained + get_peft_model
+p = kit.preset
+# {{include lessons/unsloth_load.py}}
+if not kit.on_gpu:
+    model, tokenizer = pipeline.load_model(state)            # 02's CPU branch, with the kit's CPU speed-ups
+state.model, state.tokenizer = model, tokenizer              # the run's next steps evaluate, train and save this model
 memory.append(course.memory_snapshot("after loading"))
 course.print_memory(memory)                                  # GPU: allocated, reserved, nvidia-smi (02); CPU: RSS
 train_dataset, heldout = pipeline.load_data(state)           # 03's questions, long prompts dropped

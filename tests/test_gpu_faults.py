@@ -98,7 +98,7 @@ def no_engine_yet(monkeypatch):
 
 def fake_unsloth(monkeypatch, make_model, disabled_reason=None):
     """A stand-in `unsloth` package whose FastLanguageModel returns make_model()."""
-    loads = []
+    loads, peft_calls = [], []
 
     class FastLanguageModel:
         @staticmethod
@@ -108,10 +108,12 @@ def fake_unsloth(monkeypatch, make_model, disabled_reason=None):
 
         @staticmethod
         def get_peft_model(model, **kwargs):
+            peft_calls.append(kwargs)
             return model
 
     module = types.ModuleType("unsloth")
     module.FastLanguageModel = FastLanguageModel
+    module.peft_calls = peft_calls  # get_peft_model's keywords, one dict a call
     fixes = types.ModuleType("unsloth.import_fixes")
     fixes.VLLM_DISABLED_REASON = disabled_reason
     monkeypatch.setitem(sys.modules, "unsloth", module)
@@ -169,6 +171,76 @@ def test_an_engine_that_was_freed_allows_a_new_load(monkeypatch):
     gc.collect()
     second, _ = hm.load_unsloth(T4)
     assert hm.loaded_vllm_engine() is second.vllm_engine
+
+
+# ------------------------------------------- 02's and 05's own Unsloth cell: the calls helpers.model makes
+
+
+def _load_branch(lesson: str):
+    """A lesson's load as the build writes it (lessons/unsloth_load.py included): the `if kit.on_gpu:` statement and
+    the ones after it that belong to the load (`if not kit.on_gpu:`, handing the model to the run)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "scripts" / "make_notebooks.py")
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
+    body = ast.parse(maker.lesson_text(ROOT / "lessons" / f"{lesson}.py")).body
+    (start,) = [i for i, node in enumerate(body) if isinstance(node, ast.If) and ast.unparse(node.test) == "kit.on_gpu"
+                and "FastLanguageModel.from_pretrained" in ast.unparse(node)]
+    end = start + 1
+    while end < len(body) and ("kit.on_gpu" in ast.unparse(getattr(body[end], "test", ast.Pass()))
+                               or ast.unparse(body[end]).startswith("state.model")):
+        end += 1
+    return compile(ast.Module(body=body[start:end], type_ignores=[]), f"<{lesson}>", "exec")
+
+
+@pytest.mark.parametrize("lesson", ["02_load_model", "05_train"])
+@pytest.mark.parametrize("eager", [False, True])
+def test_the_lessons_unsloth_cell_loads_as_helpers_model_does(lesson, eager, monkeypatch, tmp_path):
+    """02 and 05 run Unsloth's two calls written out (the T4 lab's load is the student's own code, not a kit call):
+    on a faked T4 the cell passes from_pretrained and get_peft_model exactly the keywords helpers.model.load_unsloth
+    passes (contract-tested against the pinned Unsloth), checks vLLM started, remembers the engine (a second load
+    is refused) and, in 05, hands the model to the run (evaluate_before and the trainer use state.model)."""
+    from helpers import notebook_setup
+    from helpers.model import unsloth_guard
+    from helpers.run import pipeline
+
+    preset = get_preset("t4", vllm_enforce_eager=True) if eager else T4
+    loads = fake_unsloth(monkeypatch, FakeVllmModel)
+    kit_model, _ = hm.load_unsloth(preset)
+    monkeypatch.setattr(hm, "_LOADED_ENGINE", None)  # the kit's load above stands for another process
+    kit = notebook_setup.Kit(root=ROOT, runtime=rt.fake_runtime("t4"), preset=preset, run_dir=tmp_path, overrides={})
+    state = types.SimpleNamespace(model=None, tokenizer=None)
+    notebook = {"kit": kit, "p": preset, "state": state, "pipeline": pipeline, "unsloth_guard": unsloth_guard,
+                "import_unsloth": rt.import_unsloth}
+    exec(_load_branch(lesson), notebook)  # noqa: S102 - the lesson's own code
+
+    assert loads[1] == loads[0] == hm.unsloth_load_kwargs(preset)
+    assert ("enforce_eager" in loads[1]) is eager
+    peft_calls = sys.modules["unsloth"].peft_calls
+    assert peft_calls[1] == peft_calls[0] == hm.unsloth_peft_kwargs(preset)
+    assert hm.loaded_vllm_engine() is notebook["model"].vllm_engine, "the cell remembers its vLLM engine"
+    if lesson == "05_train":
+        assert state.model is notebook["model"] and state.tokenizer is notebook["tokenizer"]
+    with pytest.raises(hm.ModelSetupError, match="already running"):  # run the cell twice: no second engine
+        exec(_load_branch(lesson), notebook)  # noqa: S102
+    assert len(loads) == 2
+
+
+def test_the_lessons_unsloth_cell_stops_when_vllm_did_not_start(monkeypatch, tmp_path):
+    """05's cell on a T4 where Unsloth loaded without vLLM (a broken vLLM wheel): the kit's check inside the cell
+    stops with the reason and the fix instead of training with slow generation."""
+    from helpers import notebook_setup
+    from helpers.model import unsloth_guard
+
+    fake_unsloth(monkeypatch, ModelWithoutEngine)
+    kit = notebook_setup.Kit(root=ROOT, runtime=rt.fake_runtime("t4"), preset=T4, run_dir=tmp_path, overrides={})
+    notebook = {"kit": kit, "p": T4, "state": types.SimpleNamespace(), "unsloth_guard": unsloth_guard,
+                "import_unsloth": rt.import_unsloth}
+    with pytest.raises(hm.ModelSetupError, match="vLLM"):
+        exec(_load_branch("05_train"), notebook)  # noqa: S102
+    assert not hasattr(notebook["state"], "model")
 
 
 # ------------------------------------------------------------- check_reload compares live vs saved
