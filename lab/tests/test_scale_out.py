@@ -80,7 +80,7 @@ def test_two_processes_train_together_and_write_results_once(tmp_path):
 def test_cli_names_the_process_count_before_loading_anything(tmp_path):
     """WORLD_SIZE as accelerate launch sets it: 4 x 3 = 12 completions cannot hold groups of 8."""
     env = dict(os.environ, WORLD_SIZE="3", RANK="0", LOCAL_RANK="0")
-    r = subprocess.run([sys.executable, "-m", "helpers.train", "--preset", "cpu", "--batch-size", "4",
+    r = subprocess.run([sys.executable, "-m", "lab.scale_out", "--preset", "cpu", "--batch-size", "4",
                         "--num-generations", "8", "--run-dir", str(tmp_path / "r")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr[-2000:]
