@@ -6,7 +6,7 @@ first on PYTHONPATH, shaped like the real ones where the checker looks (transfor
 __init__, train, add_callback and the callback events; trl.GRPOTrainer subclassing it, sampling and scoring every
 num_iterations steps as TRL does, its LoRA B moving only when a group's scores differ). With no real model, the
 checker's measurement of the saved adapter is stood in for there; it runs for real in
-test_student_scripts_get_the_right_verdict (tests/capstone_scripts/, TRL 1.15, 2 CPU steps each, slow) and in
+tests/test_capstone_scripts.py (tests/capstone_scripts/, TRL 1.15, 2 CPU steps each, slow) and in
 tests/test_notebooks.py, which executes notebooks/09_capstone.ipynb (the reference solution and its check).
 """
 
@@ -159,7 +159,7 @@ def fake_trl(tmp_path, monkeypatch):
     (site / "trl" / "__init__.py").write_text(FAKE_TRL)
     monkeypatch.setenv("PYTHONPATH", str(site))
     # No real model trains here, so nothing moves a real adapter: what the checker measures on the saved adapter
-    # (helpers.capstone._judge_learning) is judged on TRL's real runs (test_student_scripts_get_the_right_verdict),
+    # (helpers.capstone._judge_learning) is judged on TRL's real runs (tests/test_capstone_scripts.py),
     # and stood in for here by a measurement that says it was reached (details["stand_in"]).
     monkeypatch.setattr(capstone, "_judge_learning", lambda t, out, weights: {"direction": 1.0, "agreement": 1.0,
                                                                               "stand_in": True})
@@ -573,41 +573,6 @@ def _raised(func, *args) -> str:
 
 
 # ------------------------------------------------------------------------------------- the reference solution
-
-
-STUDENT_SCRIPTS = ROOT / "tests" / "capstone_scripts"
-# Scripts written as students would (each file's docstring says what it does), and the verdict each must get: passed,
-# or refused with the phrases that name the mistake and the fix.
-VERDICTS = {
-    "beta_004.py": (True, ["of the advantage moved its way"]),
-    "dr_grpo_accumulation.py": (True, ["mean reward on the 2 steps that sampled"]),
-    "subclass_in_main.py": (True, ["correctness, formatting"]),
-    "forged_record.py": (False, ["the saved adapter does not move the run's completions the way their advantages say",
-                                 "the most the same weights shuffled get", "Fix: save the model GRPOTrainer trained"]),
-    "random_reward.py": (False, ["your reward tags gave the same completions different scores on two calls",
-                                 "Fix: score each completion from its text"]),
-    "heldout_questions.py": (False, ["500 of the 500 questions your script trains on are from the held-out split",
-                                     "Fix: train on the train split"]),
-    "pipeline_runpy.py": (False, ["while running, pipeline_runpy.py imports helpers.train", "Fix: build GRPOConfig"]),
-    "pipeline_subprocess.py": (False, ["while running, pipeline_subprocess.py starts another Python", "no subprocess"]),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(VERDICTS))
-def test_student_scripts_get_the_right_verdict(name):
-    """TRL 1.15 for real, 2 CPU steps each (30-130 s; the refusals of the pipeline in seconds): loss types, gradient
-    accumulation, steps_per_generation, num_iterations, beta=0.04 (TRL's frozen `ref` adapter beside the trained one),
-    a subclassed trainer and code inside main() pass; a forged record, a reward blind to the completion, held-out
-    questions and the pipeline reached through runpy or a subprocess are refused, each with its fix."""
-    passed, phrases = VERDICTS[name]
-    result = capstone.check(STUDENT_SCRIPTS / name)
-    assert result.passed is passed, repr(result)
-    for phrase in phrases:
-        assert phrase in result.message, (phrase, result.message)
-    if passed:
-        assert result.details["agreement"] >= capstone.AGREEMENT
-        assert result.details["direction"] > capstone.BEYOND * max(result.details["shuffled"])
 
 
 def test_reference_solution_is_about_fifty_lines_of_real_calls():
