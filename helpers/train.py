@@ -2,10 +2,9 @@
 
     python -m helpers.train --preset cpu --max-steps 30 --run-dir runs/demo
 
-The flags are helpers.config.Preset's and helpers.run.options.RunOptions' fields, parsed by TRL's TrlParser as in
-TRL's scripts/grpo.py (helpers.cli). Every value is checked, the rewards tried and the run folder claimed before TRL
-is imported (a refusal in seconds); the run is then helpers.run.pipeline's steps, those notebook 05 calls cell by
-cell. Ctrl-C, SIGTERM and SIGHUP stop it alike: the resume line, the folder released, exit 130, 143 or 129.
+Flags are Preset's and RunOptions' fields, parsed by TRL's TrlParser as in TRL's scripts/grpo.py (helpers.cli). Every
+refusal comes before TRL is imported (in seconds); the run is then helpers.run.pipeline's steps, those notebook 05
+calls. Ctrl-C, SIGTERM and SIGHUP stop it alike: the resume line, the folder released, exit 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import yaml
 
@@ -26,7 +24,7 @@ from helpers.cli import add_fields, given_fields, make_parser
 from helpers.config import Preset, PresetError, get_preset
 from helpers.run import extensions, guard
 from helpers.run.folder import RunDirError, plan_folder
-from helpers.run.options import RunOptions
+from helpers.run.options import RunOptions, resolved_config
 from helpers.run.reward_specs import resolve_rewards, try_rewards
 
 
@@ -58,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             for part in (["--config", os.path.expanduser(arg[9:])] if arg.startswith("--config=") else [arg])]
     parser, path = build_parser(), argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
     try:
-        command, *given, in_file, unknown = parser.parse_args_and_config(
+        command, given, in_file, unknown = parser.parse_args_and_config(
             argv, return_remaining_strings=True, separate_remaining_strings=True)
     except (OSError, yaml.YAMLError, ValueError) as err:  # a file TRL's parser could not read as `key: value` lines
         what = f"cannot be read ({err.strerror})" if isinstance(err, OSError) else \
@@ -70,7 +68,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                           f"flags' names: {', '.join(sorted({a.dest for a in parser._actions} - {'help', 'config'}))}")
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    given = given[0] if given else argparse.Namespace()
     return argparse.Namespace(**vars(command), **given_fields(given, Preset), **given_fields(given, RunOptions))
 
 
@@ -83,13 +80,6 @@ def options_from(args) -> RunOptions:
     return RunOptions(**{f.name: getattr(args, f.name) for f in fields(RunOptions)})
 
 
-def resolved_config(preset: Preset, options: RunOptions) -> dict:
-    """What --print-config prints: the preset by name and every field, then the run options (a --config file)."""
-    config = {"preset": preset.name, **{k: v for k, v in preset.to_dict().items() if k != "name"}}
-    config.update({f.name: getattr(options, f.name) for f in fields(RunOptions)})
-    return json.loads(json.dumps(config, default=lambda v: str(v) if isinstance(v, Path) else list(v)))
-
-
 def _checked(argv):
     """(preset, options, reward functions, runtime, run folder), every value checked, the rewards tried and the
     folder claimed, or None after --print-config: nothing here imports TRL's trainer or transformers
@@ -99,15 +89,7 @@ def _checked(argv):
     if args.print_config:
         print(json.dumps(resolved_config(preset, options), indent=2))
         return None
-    # several processes (accelerate launch's WORLD_SIZE) only through the lab's wrapper, lab.scale_out: without it
-    # extensions.processes refuses them here, before TRL; the batch is checked against their count
-    world_size = int(os.environ.get("WORLD_SIZE", 1)) if extensions.hooks("processes") else \
-        extensions.processes().world_size
-    if preset.num_processes > 1 and world_size == 1:
-        raise PresetError(
-            f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
-            f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
-            f"{preset.num_processes} -m lab.scale_out ... (lab/docs/scale-out.md), or --num-processes 1")
+    world_size = extensions.world_size(preset)  # several only under the lab's wrapper (lab.scale_out)
     runtime = rt.detect()  # once: run_all gets it too
     guard.check_before_loading(preset, runtime, num_processes=world_size,
                                options=options)  # on the GPU path this imports Unsloth, before TRL

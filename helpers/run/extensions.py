@@ -69,3 +69,16 @@ def processes():
             f"runs one. Fix: accelerate launch --num_processes {world_size} -m lab.scale_out ... (the lab's "
             "wrapper around helpers.train: lab/docs/scale-out.md), or run one process")
     return OneProcess()
+
+
+def world_size(preset) -> int:
+    """How many processes run `preset`, known before TRL and torch are imported (helpers.train's checks): under an
+    extension, the launcher's WORLD_SIZE (its processes() imports torch); else processes(), which refuses several.
+    A recipe of several processes started as one is refused with the command that starts them."""
+    count = int(os.environ.get("WORLD_SIZE", 1)) if hooks("processes") else processes().world_size
+    if preset.num_processes > 1 and count == 1:
+        raise PresetError(
+            f"num_processes={preset.num_processes}, but this is one process: the recipe is launched by accelerate, "
+            f"which starts the {preset.num_processes}. Fix: accelerate launch --num_processes "
+            f"{preset.num_processes} -m lab.scale_out ... (lab/docs/scale-out.md), or --num-processes 1")
+    return count

@@ -4,7 +4,8 @@ before anything imports transformers or TRL (on the GPU path Unsloth must be imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
@@ -44,3 +45,11 @@ class RunOptions:
 
 
 DASHBOARD_MODES = ("auto", "notebook", "headless", "off")
+
+
+def resolved_config(preset, options: RunOptions) -> dict:
+    """A run's every setting as JSON's `field: value`: the preset by name and its fields, then these options. What
+    `python -m helpers.train --print-config` prints and its --config reads back."""
+    config = {"preset": preset.name, **{k: v for k, v in preset.to_dict().items() if k != "name"}}
+    config.update({f.name: getattr(options, f.name) for f in fields(RunOptions)})
+    return json.loads(json.dumps(config, default=lambda v: str(v) if isinstance(v, Path) else list(v)))
