@@ -210,9 +210,12 @@ PRESETS = {
         max_seq_length=768,
         load_in_4bit=True,
         fast_inference=True,
-        # vLLM takes utilization x card up front (weights + KV cache); the rest of the budget is for training.
-        # 0.3 x 14.56 GB = 4.4 GB. Unsloth's T4 CI ran out of memory at 0.9 (its kaggle_t4_ci/legs.py, grpo leg).
-        gpu_memory_utilization=0.3,
+        # vLLM takes utilization x the memory free at load up front (Unsloth's rule); the rest is for training.
+        # Sized, not guessed: helpers.memory.estimate.sized_utilization("t4") (lesson 05's sizing exercise): the
+        # 4-bit weights + the KV cache of the 6 completions sampled at once (256 + 256 tokens) + vLLM's workspace,
+        # +25% margin, rounded up; tests/test_vllm_sizing.py asserts this value equals it. Above ~0.10 Unsloth keeps
+        # max_model_len (docs/gpu-stack.md); below 0.244 it runs max_num_seqs 8, more than the 6 sampled at once.
+        gpu_memory_utilization=0.13,
         lora_rank=16,
         lora_alpha=16,
         **_GSM8K_DATA,

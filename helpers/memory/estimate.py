@@ -8,6 +8,7 @@ fitted to the GPU runs in results/gpu/ (lab/benchmark_memory.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from helpers.config import (
@@ -39,6 +40,10 @@ VLLM_WORKSPACE_GB = 0.3
 # MEASURED (same record): capturing the CUDA graphs (FULL_AND_PIECEWISE, with LoRA) took 0.17 GiB, outside
 # gpu_memory_utilization under vLLM 0.19.1's rules (the Colab pin; 0.21+ counts them inside). None when eager.
 VLLM_CUDA_GRAPHS_GB = 0.17
+# STATED (not measured): how much the t4 preset's vLLM reservation adds above what the run needs (weights + its KV
+# cache + the workspace): the vLLM terms rest on one record (its KV cache point +5%), whose FP4 weights are not the
+# pinned checkpoint's NF4 with its 16-bit skip list, and a T4's free memory at load was never measured.
+VLLM_SIZING_MARGIN = 0.25
 # ASSUMPTION (fitted): with UNSLOTH_VLLM_STANDBY=1 Unsloth replaces the requested gpu_memory_utilization with
 # its own target. Unsloth's T4 CI peaks (Qwen3-4B at a requested 0.5: 13.4-13.8 GB; Qwen3-0.6B at 0.95:
 # 11.3-11.8 GB) are both matched within ~10% by a reservation of ~0.76 x card. Two points, one GPU: a fit.
@@ -278,6 +283,37 @@ def generate_workspace_bytes(arch: ModelArch, s: MemorySettings) -> float:
 def kv_bytes_per_token(arch: ModelArch, dtype_bytes: int = 2) -> int:
     """K and V for every layer: 2 x layers x kv_heads x head_dim x dtype."""
     return 2 * arch.num_layers * arch.kv_dim * dtype_bytes
+
+
+def kv_cache_gb(arch: ModelArch, sequences: int, tokens: int, dtype_bytes: int = 2) -> float:
+    """The KV cache (GB) of `sequences` sequences of `tokens` tokens each: sequences x tokens x kv_bytes_per_token.
+    vLLM keeps K and V in the compute dtype (fp16 on a T4: 2 bytes), whatever the weights' 4 bits."""
+    return sequences * tokens * kv_bytes_per_token(arch, dtype_bytes) / GIB
+
+
+def vllm_utilization_for(weights_gb: float, kv_gb: float, free_gb: float, margin: float = VLLM_SIZING_MARGIN,
+                         workspace_gb: float = VLLM_WORKSPACE_GB) -> float:
+    """The gpu_memory_utilization that holds the weights, that KV cache and vLLM's workspace, times (1 + margin), as
+    a fraction of the memory free at load (what Unsloth multiplies it by: utilization_base_gb)."""
+    return (weights_gb + kv_gb + workspace_gb) * (1 + margin) / free_gb
+
+
+def vllm_sizing(preset_or_settings, gpu="t4", margin: float = VLLM_SIZING_MARGIN) -> tuple[float, float]:
+    """(KV cache GB, gpu_memory_utilization) a run needs from vLLM: the sequences it samples at once (its batch of
+    completions, x gradient accumulation) of prompt + completion tokens, with the load dtype's weights, on `gpu`.
+    The t4 preset's reservation is sized_utilization of this (helpers/config.py; tests/test_vllm_sizing.py)."""
+    s = as_settings(preset_or_settings)
+    arch = resolve_model(s.model)
+    kv = kv_cache_gb(arch, s.per_device_train_batch_size * s.gradient_accumulation_steps,
+                     s.max_prompt_length + s.max_completion_length, s.compute_dtype_bytes)
+    free = utilization_base_gb(s, gpu_total_gb(gpu))
+    return kv, vllm_utilization_for(weight_bytes(arch, s.load_dtype) / GIB, kv, free, margin)
+
+
+def sized_utilization(preset_or_settings, gpu="t4", margin: float = VLLM_SIZING_MARGIN) -> float:
+    """vllm_sizing's utilization rounded up to the hundredth: rounding up only adds room (at most 0.01 x the memory
+    free at load, 0.14 GB on a T4), and a preset is written with two decimals."""
+    return math.ceil(round(vllm_sizing(preset_or_settings, gpu, margin)[1] * 100, 6)) / 100
 
 
 def context_and_allocator_gb(dynamic_gb: float) -> float:

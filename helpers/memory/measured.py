@@ -9,14 +9,57 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import re
+from dataclasses import dataclass
+
 from helpers.config import get_preset
 from helpers.memory.estimate import CUDA_CONTEXT_GB, estimate, settings_from_preset
 
+# The first run of the shared vLLM path (t4 preset, H100 emulating a T4): lesson 05's sizing exercise and
+# docs/memory.md compare with what vLLM logged there.
+VLLM_RECORD = Path(__file__).resolve().parents[2] / "results" / "gpu" / "2026-11-27-h100-as-t4-vllm.json"
+
+
+@dataclass(frozen=True)
+class VllmRecord:
+    """What a vLLM record says about sizing (GiB): the card and its memory free at load, the utilization the run
+    asked, what Unsloth asked vLLM for, and vLLM's own accounting (weights, KV cache in GiB and tokens)."""
+
+    date: str
+    total_gb: float
+    free_gb: float
+    utilization: float
+    asked_gb: float
+    weights_gb: float
+    kv_cache_gb: float
+    kv_cache_tokens: int
+    max_model_len: int
+    max_num_seqs: int
+
+
+def vllm_record(path=VLLM_RECORD) -> VllmRecord:
+    """The sizing facts of a vLLM record (read from the file, never typed): the memory free at load is the kit's own
+    log line ('13.85 of 14.56 GiB free')."""
+    (rec,) = load_records([path])
+    free = next(float(m.group(1)) for line in rec["log_lines"] if (m := re.search(r"([\d.]+) of [\d.]+ GiB free", line)))
+    em, engine = rec["emulation"], rec["vllm_engine"]
+    return VllmRecord(date=rec["date"][:10], total_gb=em["total_gib"], free_gb=free,
+                      utilization=rec["predicted"]["settings"]["gpu_memory_utilization"],
+                      asked_gb=em["gpu_memory_utilization_from_unsloth"] * em["total_gib"],
+                      weights_gb=engine["log"]["weights_gib"], kv_cache_gb=engine["log"]["kv_cache_gib"],
+                      kv_cache_tokens=engine["log"]["kv_cache_tokens"],
+                      max_model_len=engine["settings"]["max_model_len"],
+                      max_num_seqs=engine["settings"]["max_num_seqs"])
+
 
 def prediction_now(record: dict):
-    """helpers.memory's estimate, with the model as it is now, for the settings a record measured."""
+    """helpers.memory's estimate, with the model as it is now, for the settings a record measured: its preset and
+    overrides, and the vLLM reservation it ran with (the t4 preset's has been sized since: 0.3 -> lesson 05's)."""
     preset = get_preset(record["preset"], **record.get("overrides", {}))
     preset = preset.with_overrides(fast_inference=record["fast_inference"])
+    ran = (record.get("predicted") or {}).get("settings") or {}
+    if record["fast_inference"] and ran.get("gpu_memory_utilization") is not None:
+        preset = preset.with_overrides(gpu_memory_utilization=ran["gpu_memory_utilization"])
     em = record.get("emulation")
     gpu = em["total_gib"] if em else record["gpu_total_gib"]
     settings = replace(settings_from_preset(preset), standby=record.get("standby", False))

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 
 from helpers.memory.architectures import gpu_total_gb, resolve_model
 from helpers.memory.estimate import (
-    VLLM_WORKSPACE_GB,
     utilization_base_gb,
     MemoryEstimate,
     MemorySettings,
     as_settings,
     estimate,
-    kv_bytes_per_token,
+    kv_cache_gb,
+    vllm_utilization_for,
     weight_bytes,
 )
 from helpers.runtime import GIB
@@ -78,12 +78,13 @@ def _peak(s: MemorySettings, gpu, budget) -> MemoryEstimate:
 
 
 def _min_utilization(s: MemorySettings, gpu) -> float:
-    """The smallest utilization (rounded up to 0.05) that leaves vLLM KV cache for one full sequence."""
+    """The smallest utilization (rounded up to 0.05) that leaves vLLM KV cache for one full sequence: lesson 05's
+    sizing (helpers.memory.estimate.vllm_utilization_for) for one sequence, with no margin."""
     arch = resolve_model(s.model)
-    total = gpu_total_gb(gpu)
-    need = (weight_bytes(arch, s.load_dtype) / GIB + VLLM_WORKSPACE_GB
-            + (s.max_prompt_length + s.max_completion_length) * kv_bytes_per_token(arch) / GIB)
-    return min(0.95, max(0.05, round(-(-need / utilization_base_gb(s, total) // 0.05) * 0.05, 2)))
+    kv = kv_cache_gb(arch, 1, s.max_prompt_length + s.max_completion_length)
+    least = vllm_utilization_for(weight_bytes(arch, s.load_dtype) / GIB, kv,
+                                 utilization_base_gb(s, gpu_total_gb(gpu)), margin=0.0)
+    return min(0.95, max(0.05, round(-(-least // 0.05) * 0.05, 2)))
 
 
 def _candidates(name: str, s: MemorySettings, gpu) -> list[tuple[object, dict]]:
