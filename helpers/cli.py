@@ -1,8 +1,7 @@
-"""Command-line flags from the kit's dataclasses, made by TRL's own parser (trl.scripts.utils.TrlParser, on
-transformers' HfArgumentParser): --field-name and --field_name with the field's help, a switch's --no-field-name, and
-`--config FILE` (YAML that flags override), as in TRL's scripts. The kit adds what they lack: the presets' values in
---help (a Preset flag not given is absent: the preset decides), its aliases, and values typed by helpers.config_types
-as a notebook's parameters are. Shared by `python -m helpers.train` and `python -m helpers.memory`."""
+"""Flags from the kit's dataclasses, made by TRL's parser (TrlParser, on transformers' HfArgumentParser) as in TRL's
+scripts: --field-name and --field_name, a switch's --no-field-name, `--config FILE`. The kit adds what they lack: the
+presets' values in --help (a Preset flag not given is absent: the preset decides), TRL's names as aliases, and the
+text typed by helpers.config_types, as a notebook's parameters are. For helpers.train and helpers.memory."""
 
 from __future__ import annotations
 
@@ -26,15 +25,13 @@ ELSEWHERE = {  # what a refusal of these TRL flags adds: where the kit does what
                      "the adapter, private, with your token from Colab secrets or $HF_TOKEN), after the run",
     "--hub-model-id": "the Hub repository is named in notebook 06's upload cell (HUB_REPO), after the run",
     "--resume-from-checkpoint": "true or false, not a path: the kit resumes the run in --run-dir from its latest "
-    "complete checkpoint. Fix: pass --run-dir <the run folder> (and --checkpoint-dir <the folder holding "
-    "checkpoint-N/> if elsewhere)"}
+    "complete checkpoint. Fix: pass --run-dir <the run folder> (and --checkpoint-dir if its checkpoints are elsewhere)"}
 
 
 @functools.cache
 def _trl_parser():
-    """TRL's TrlParser; when this import brought TRL in, its modules are dropped from sys.modules again (the class
-    lives on): the GPU path imports Unsloth later, which must come before TRL and looks for it there. The import loads
-    no trainer, transformers or torch (tests/test_validation_early.py)."""
+    """TRL's TrlParser, its modules dropped from sys.modules again when this brought them in: on the GPU path Unsloth
+    comes later, must come before TRL and looks for it there. It loads no trainer or torch (test_validation_early)."""
     fresh = "trl" not in sys.modules
     from trl.scripts.utils import TrlParser
 
@@ -70,9 +67,8 @@ def preset_values(name: str) -> str:
 
 
 def add_fields(parser, title: str, cls, only=None, skip=("name",), description=None) -> None:
-    """A flag per field of cls (those in `only`, when given), made by TRL's parser from a copy of the field: a switch
-    for a bool, text for the rest (typed by given_fields). A Preset flag not given is absent from the result; a
-    RunOptions flag defaults to the field's own default."""
+    """A flag per field of cls (or of those in `only`), made by TRL's parser from a copy of the field: a switch for a
+    bool, text for the rest (given_fields types it). A Preset flag not given is absent: the preset decides."""
     group, hints = parser.add_argument_group(title, description), typing.get_type_hints(cls)
     for f in (f for f in fields(cls) if f.name not in skip and (only is None or f.name in only)):
         flag, metavar = copy.copy(f), _metavar(hints[f.name])
@@ -94,16 +90,12 @@ def add_fields(parser, title: str, cls, only=None, skip=("name",), description=N
 
 
 def given_fields(args: argparse.Namespace, cls) -> dict:
-    """The fields of cls the command line (or its --config file) gave, typed as the fields are (PresetError names
-    the field and the fix)."""
+    """The fields of cls given (flags, --config), typed as the fields are: PresetError names the field and fix."""
     return typed_fields(cls, {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
 
 class _Help(argparse.HelpFormatter):
-    """Each flag once, dashed (the underscore spelling works too), a switch with its --no- form; at most 120 wide."""
-
-    def __init__(self, prog):
-        super().__init__(prog, max_help_position=36, width=min(120, shutil.get_terminal_size().columns))
+    """Each flag once, dashed (the underscore spelling works too), a switch with its --no- form."""
 
     def _format_action_invocation(self, action):
         shown = copy.copy(action)
@@ -114,13 +106,14 @@ class _Help(argparse.HelpFormatter):
 
 
 def make_parser(dataclass_types=(), **kwargs):
-    """TRL's parser with the kit's --help, and a TRL flag the kit does elsewhere pointed there."""
+    """TRL's parser with the kit's --help (at most 120 wide), and a TRL flag the kit does elsewhere pointed there."""
 
     class KitParser(_trl_parser()):
         def error(self, message):
             super().error("; ".join([message, *(f"{f}: {where}" for f, where in ELSEWHERE.items() if f in message)]))
 
-    return KitParser(list(dataclass_types), formatter_class=_Help, **kwargs)
+    formatter = functools.partial(_Help, max_help_position=36, width=min(120, shutil.get_terminal_size().columns))
+    return KitParser(list(dataclass_types), formatter_class=formatter, **kwargs)
 
 
 def flag_of(name: str) -> str:

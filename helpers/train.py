@@ -2,9 +2,8 @@
 
     python -m helpers.train --preset cpu --max-steps 30 --run-dir runs/demo
 
-Flags are Preset's and RunOptions' fields, parsed by TRL's TrlParser as in TRL's scripts/grpo.py (helpers.cli). Every
-refusal comes before TRL is imported (in seconds); the run is then helpers.run.pipeline's steps, those notebook 05
-calls. Ctrl-C, SIGTERM and SIGHUP stop it alike: the resume line, the folder released, exit 130, 143 or 129.
+The flags are Preset's and RunOptions' fields, parsed by TRL's TrlParser as in TRL's scripts/grpo.py (helpers.cli).
+Every refusal comes before TRL is imported, so in seconds; the run is then helpers.run.pipeline's steps, as in 05.
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ def build_parser():
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are: the command's
-    own, the Preset fields given and every run option, in one namespace."""
+    """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are, in one place."""
     argv = [part for arg in (sys.argv[1:] if argv is None else argv)
             for part in (["--config", os.path.expanduser(arg[9:])] if arg.startswith("--config=") else [arg])]
     parser, path = build_parser(), argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""
@@ -82,17 +80,15 @@ def options_from(args) -> RunOptions:
 
 def _checked(argv):
     """(preset, options, reward functions, runtime, run folder), every value checked, the rewards tried and the
-    folder claimed, or None after --print-config: nothing here imports TRL's trainer or transformers
-    (tests/test_validation_early.py)."""
+    folder claimed, or None after --print-config: before TRL or transformers (tests/test_validation_early.py)."""
     args = parse_args(argv)
     preset, options = get_preset(args.preset, **overrides_from(args)), options_from(args)
     if args.print_config:
         print(json.dumps(resolved_config(preset, options), indent=2))
         return None
     world_size = extensions.world_size(preset)  # several only under the lab's wrapper (lab.scale_out)
-    runtime = rt.detect()  # once: run_all gets it too
-    guard.check_before_loading(preset, runtime, num_processes=world_size,
-                               options=options)  # on the GPU path this imports Unsloth, before TRL
+    runtime = rt.detect()  # once: run_all gets it too; on the GPU path the guard imports Unsloth, before TRL
+    guard.check_before_loading(preset, runtime, num_processes=world_size, options=options)
     reward_funcs = resolve_rewards(options.rewards)
     try_rewards(reward_funcs, preset, options.reward_timeout)
     # one process: the folder is claimed here; several: process 0 plans it for all of them in start()
