@@ -33,8 +33,7 @@ class Command:
 
     preset: str = field(default="cpu", metadata={"metavar": "NAME", "help": "the recipe to start from: cpu "
                         "(embedded model, any machine), t4 (a GPU), or a multi-GPU one; the flags below change it"})
-    print_config: bool = field(default=False, metadata={
-        "help": "print the resolved preset and run options as JSON (a file --config reads) and exit"})
+    print_config: bool = field(default=False, metadata={"help": "print every value as JSON (a --config file) and exit"})
 
 
 def build_parser():
@@ -49,7 +48,7 @@ def build_parser():
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are, in one place."""
+    """The flags over a --config file's values (TRL's parse_args_and_config), typed as the fields are, one namespace."""
     argv = [part for arg in (sys.argv[1:] if argv is None else argv)
             for part in (["--config", os.path.expanduser(arg[9:])] if arg.startswith("--config=") else [arg])]
     parser, path = build_parser(), argv[argv.index("--config") + 1] if "--config" in argv[:-1] else ""

@@ -158,3 +158,44 @@ def test_trls_parser_leaves_trl_out_of_sys_modules_when_it_brought_it_in():
     """)
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.stdout.split() == ["[]", "True", "True"], r.stderr[-2000:]
+
+
+def test_a_switch_of_the_commands_own_takes_true_and_false_as_trls_do():
+    """--print-config is a bool field of the command's dataclass: TRL's parser takes `--print-config false` too."""
+    assert train.parse_args(["--print-config", "true"]).print_config is True
+    assert train.parse_args(["--print_config", "false"]).print_config is False
+
+
+class _LabProcesses:
+    """A stand-in for lab.scale_out's extension: its processes() would import torch, so the checks never call it."""
+
+    def processes(self):
+        raise AssertionError("processes() called before TRL: on the GPU path it would import torch before Unsloth")
+
+
+def test_num_processes_is_the_launchers_under_the_lab_and_refused_as_one_process(monkeypatch, capsys):
+    """--num-processes 2 in one process is refused with the launch command; under the lab's wrapper the count is the
+    launcher's WORLD_SIZE (helpers.run.extensions.world_size), read before TRL without calling its processes()."""
+    from helpers.config import PresetError
+    from helpers.run import extensions
+
+    preset = _resolved("--num-processes", "2")[0]
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert train.main(["--num-processes", "2"]) == 2
+    assert "Fix: accelerate launch --num_processes 2 -m lab.scale_out" in capsys.readouterr().err
+    extensions.use(_LabProcesses())
+    try:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert extensions.world_size(preset) == 2
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        with pytest.raises(PresetError, match=r"num_processes=2, but this is one process"):
+            extensions.world_size(preset)
+    finally:
+        extensions.clear()
+
+
+def test_the_command_line_stays_the_size_of_trls_grpo_script():
+    """Issue 47: train.py and the CLI module together at most 250 lines (TRL's scripts/grpo.py is 173), the flags and
+    --config from TRL's parser; the rest of the kit's command line is what TRL's parser lacks."""
+    lines = sum(len((ROOT / "helpers" / name).read_text().splitlines()) for name in ("train.py", "cli.py"))
+    assert lines <= 250, f"helpers/train.py + helpers/cli.py: {lines} lines"
