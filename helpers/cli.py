@@ -90,7 +90,7 @@ def add_fields(parser, title: str, cls, only=None, skip=("name",), description=N
 
 
 def given_fields(args: argparse.Namespace, cls) -> dict:
-    """The fields of cls given (flags, --config), typed as the fields are: PresetError names the field and fix."""
+    """The fields of cls given (flags, --config), typed as the fields are, or a PresetError with the field and fix."""
     return typed_fields(cls, {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
 
