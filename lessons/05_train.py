@@ -49,12 +49,12 @@ OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stoppin
 # ## The budget and the preset
 #
 # The t4 preset is sized for **7 GB** of a T4's 14.56 GB: vLLM reserves `gpu_memory_utilization` x the memory free
-# at load up front (Unsloth multiplies the fraction by what is free: 0.3 x about 14.2 = 4.2 GB for the 4-bit weights,
-# the KV cache and vLLM's workspace, plus 0.17 GB of CUDA graphs), and training shares what is left. On an H100
-# emulating a T4 this recipe peaked at 5.8 GiB of device memory (docs/memory.md, 2026-11-27). The levers, in
-# the order they matter: the vLLM reservation, completions per step (`num_generations`, batch), completion length
-# (the logits tensor is completions x length x ~151k vocabulary for Qwen), LoRA instead of full training, an 8-bit
-# optimizer, gradient checkpointing, and no reference model (`beta=0`).
+# at load up front (Unsloth multiplies the fraction by what is free) for the 4-bit weights, the KV cache and vLLM's
+# workspace, plus its CUDA graphs beside it, and training shares what is left. You size that reservation yourself
+# below; the preset's {{t4.gpu_memory_utilization}} is the same computation. The levers, in the order they matter:
+# the vLLM reservation, completions per step (`num_generations`, batch), completion length (the logits tensor is
+# completions x length x ~151k vocabulary for Qwen), LoRA instead of full training, an 8-bit optimizer, gradient
+# checkpointing, and no reference model (`beta=0`).
 
 # %%
 from helpers.model import unsloth_guard
@@ -64,6 +64,62 @@ from helpers.teaching import course
 from helpers.run.metrics import read_metrics
 
 course.print_preset(kit.preset)
+
+# %% [markdown]
+# ### How much does vLLM need? Size it yourself
+#
+# `gpu_memory_utilization` is the one number of Unsloth's load call that you cannot copy from a model card. vLLM
+# reserves it up front and keeps it while training, so too much starves the backward pass and too little stops vLLM
+# before the first step. What the reservation must hold, with `fast_inference=True`: the model's weights (vLLM and
+# training share one copy), the KV cache of the sequences sampled at once (each keeps its keys and values for every
+# token, prompt and completion, in every layer) and vLLM's own workspace (`VLLM_WORKSPACE_GB`, measured in the record
+# below: its reservation less the weights and the cache). Then a margin, because every one of those numbers is an
+# estimate.
+#
+# **Exercise 5.1 (size vLLM).** Write `vllm_sizing(arch, sequences, tokens, weights_gb, card, margin)` returning
+# `(kv_cache_gb, gpu_memory_utilization)`: `arch` is the model's shape from its config.json
+# (`helpers.memory.architectures`: `arch.num_layers`, `arch.num_heads`, `arch.num_kv_heads`, `arch.head_dim`,
+# `arch.hidden_size`), `sequences` the sequences sampled at once and `tokens` the length of each (prompt +
+# completion), `weights_gb` the loaded weights, `card.total_gb` what the GPU shows and `card.free_gb` what is free
+# when Unsloth loads, and `margin` the fraction you add on top (0.25: a quarter more than needed). GB are GiB
+# (2**30 bytes). The check runs it on the 2026-11-27 vLLM record (what vLLM logged), on the t4 preset and on another
+# model, and names the mistake when a number is off. Stuck? `ex.q1.hint()`.
+
+# %%
+from helpers.teaching.exercises import nb05 as ex  # this lesson's self-checking exercises
+
+t4_run = ex.q1.t4_case()  # the t4 preset's run: t4_run.arch, .sequences, .tokens, .weights_gb, .card
+print(t4_run.arch)       # the t4 model's shape, from helpers.memory.architectures
+
+# %% tags=["solution"]
+# Exercise 5.1: write vllm_sizing(arch, sequences, tokens, weights_gb, card, margin): the KV cache (GB) the run needs and the gpu_memory_utilization that holds it
+# SOLUTION
+from helpers.memory import VLLM_WORKSPACE_GB  # what vLLM keeps beside the weights and the cache (measured)
+
+
+def vllm_sizing(arch, sequences, tokens, weights_gb, card, margin):
+    """(KV cache in GB, gpu_memory_utilization) for `sequences` sampled at once of `tokens` tokens each."""
+    bytes_per_value = 2  # vLLM caches K and V in the dtype it computes in: fp16 on a T4, whatever the weights' 4 bits
+    per_token = 2 * arch.num_layers * arch.num_kv_heads * arch.head_dim * bytes_per_value  # a key and a value, every layer
+    kv_gb = sequences * tokens * per_token / 2**30
+    need_gb = weights_gb + kv_gb + VLLM_WORKSPACE_GB  # all three live inside vLLM's reservation
+    return kv_gb, need_gb * (1 + margin) / card.free_gb  # Unsloth takes the fraction of the memory free at load
+
+
+# %%
+result = ex.q1.check(vllm_sizing)
+my_margin = 0.25  # state yours: what does it cover? (the kit's: one record, FP4 weights measured, a T4 never measured)
+print(ex.q1.report(vllm_sizing if result.passed else None, my_margin))
+result
+
+# %% [markdown]
+# The record's vLLM had room for far more sequences than the preset ever samples at once: the reservation it ran
+# with was mostly idle KV cache. The preset now reserves what the sizing says, rounded up (`helpers.memory.estimate.
+# sized_utilization`, the kit's margin `VLLM_SIZING_MARGIN`), and `python -m helpers.memory --preset t4` predicts its
+# peak (an estimate; docs/memory.md). Unsloth reads the smaller reservation too: below about 0.24 its own KV estimate
+# makes it run 8 sequences at once instead of 16 (`max_num_seqs`; more than the {{t4.per_device_train_batch_size}}
+# sampled at once), and only below about 0.10 would it cut `max_model_len` under prompt + completion
+# (docs/gpu-stack.md).
 
 # %% [markdown]
 # ## Step 1: start the run, load the model and the data
@@ -108,22 +164,20 @@ before = pipeline.evaluate_before(state, heldout)            # greedy accuracy b
 # `fp16=True, bf16=False` (no bf16 on compute capability 7.5; TRL's default `bf16=True` would fail), on a CPU
 # `use_cpu=True`.
 #
-# **Exercise 5.1.** Fill in the blanks of `make_config`: the settings that are decisions, not copies. The preset's
+# **Exercise 5.2.** Fill in the blanks of `make_config`: the settings that are decisions, not copies. The preset's
 # own fields (the group, the batch, the completion length, beta, the learning rate) are written out for you; you
 # decide what depends on the card and the run: the precision flags, whether TRL samples with vLLM, who does the
 # gradient checkpointing, and whether checkpoints are saved. Each exercise has a
 # check cell after it: it says which case failed and why. This one builds your config for three machines (the cpu
 # preset on a CPU, the t4 preset on a T4 and on an A100), so precision written for this machine only is caught, and
 # compares it field by field with the config `python -m helpers.train` builds, giving the reason for each field.
-# Stuck? `ex.q1.hint()`; still stuck, `ex.q1.solution()`.
+# Stuck? `ex.q2.hint()`; still stuck, `ex.q2.solution()`.
 
 # %%
 from trl import GRPOConfig
 
-from helpers.teaching.exercises import nb05 as ex  # this lesson's self-checking exercises
-
 # %% tags=["solution"]
-# Exercise 5.1: fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig settings that depend on the card and the run
+# Exercise 5.2: fill in make_config(p, runtime, output_dir, save_steps): the GRPOConfig settings that depend on the card and the run
 # SOLUTION
 def make_config(p, runtime, output_dir, save_steps):
     """The GRPOConfig of preset p on this runtime: the one `python -m helpers.train` builds."""
@@ -169,7 +223,7 @@ def make_config(p, runtime, output_dir, save_steps):
 
 
 # %%
-result = ex.q1.check(make_config)
+result = ex.q2.check(make_config)
 # Yours once it passes; until then the config helpers.train builds (pipeline.grpo_config), so the lesson goes on.
 config = (make_config(kit.preset, kit.runtime, str(state.folder.checkpoint_dir), state.save_steps) if result.passed
           else pipeline.grpo_config(state))
@@ -190,7 +244,7 @@ result
 course.plot_predicted_memory(kit);
 
 # %% [markdown]
-# **Exercise 5.2 (a config that fits).** A classmate's t4 settings run out of memory on the T4. They want a group of
+# **Exercise 5.3 (a config that fits).** A classmate's t4 settings run out of memory on the T4. They want a group of
 # 8 completions (fewer groups tie, exercise {{exercise.zero_spread_chance}}), 512-token answers, and 16 completions
 # per optimizer step (2 questions). Decide what to change so the memory model (`helpers.memory.estimate`, the
 # figure above) predicts the 7 GB budget holds, **keeping those three**: put the settings in a dict `budget_fix`
@@ -206,32 +260,32 @@ print(classmate)
 print(ex.budget_estimate(classmate).table())  # try your own: ex.budget_estimate({**classmate, ...}).table()
 
 # %% tags=["solution"]
-# Exercise 5.2: budget_fix, the classmate's settings changed to fit 7 GB on a T4 with a group of 8, 512-token answers and 16 completions per step
+# Exercise 5.3: budget_fix, the classmate's settings changed to fit 7 GB on a T4 with a group of 8, 512-token answers and 16 completions per step
 # SOLUTION
-budget_fix = {**classmate, "gradient_checkpointing": True, "gpu_memory_utilization": 0.3}
+budget_fix = {**classmate, "gradient_checkpointing": True, "gpu_memory_utilization": {{t4.gpu_memory_utilization}}}
 
 # %%
-result = ex.q2.check(budget_fix)
+result = ex.q3.check(budget_fix)
 if result.passed:
     print(ex.budget_estimate(budget_fix).table())
 result
 
 # %% [markdown]
-# **Exercise 5.3.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
+# **Exercise 5.4.** GRPO learns only from groups whose rewards differ. Suppose the reward is just correctness and
 # the model answers a question right with probability `p`, independently for each of the `G` completions of its
 # group. Write `zero_spread_chance(p, group_size)`: the chance that the group has **zero spread** (all right or all
 # wrong), so its advantages are all 0 and it teaches nothing. The check then prints it for this preset's
 # `num_generations`; compare with `frac_reward_zero_std` in the training logs below.
 
 # %% tags=["solution"]
-# Exercise 5.3: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
+# Exercise 5.4: write zero_spread_chance(p, group_size): the chance that a group of G completions has zero reward spread
 # SOLUTION
 def zero_spread_chance(p, group_size):
     return p ** group_size + (1 - p) ** group_size
 
 
 # %%
-result = ex.q3.check(zero_spread_chance)
+result = ex.q4.check(zero_spread_chance)
 if result.passed:
     G = kit.preset.num_generations
     for p_right in (0.05, 0.2, 0.5, 0.9):
@@ -248,7 +302,7 @@ result
 # the memory monitor, `metrics.jsonl`, checkpoint rotation and the live dashboard.
 
 # %% [markdown]
-# **Exercise 5.4.** Write the call yourself: `make_trainer` returns `GRPOTrainer(...)` built from its arguments, with
+# **Exercise 5.5.** Write the call yourself: `make_trainer` returns `GRPOTrainer(...)` built from its arguments, with
 # TRL's keyword names (`help(GRPOTrainer)` lists them; the tokenizer is TRL's `processing_class`, the config its
 # `args`). The check calls your function with stand-ins and says which one landed in the wrong place, and why it
 # belongs where it does.
@@ -260,7 +314,7 @@ from helpers.model import check_trainer_uses_model_engine
 from helpers.run.trl_patches import patch_trl_for_cpu
 
 # %% tags=["solution"]
-# Exercise 5.4: write make_trainer(...): the GRPOTrainer call, each argument to its keyword
+# Exercise 5.5: write make_trainer(...): the GRPOTrainer call, each argument to its keyword
 # SOLUTION
 def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks):
     """The trainer: it samples the groups, calls the rewards, computes the advantages and takes the steps."""
@@ -275,7 +329,7 @@ def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callback
 
 
 # %%
-result = ex.q4.check(make_trainer)
+result = ex.q5.check(make_trainer)
 if not kit.preset.backend.uses_unsloth:
     patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
 callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
@@ -381,7 +435,7 @@ for name in course.run_files(kit.run_dir):
 # when the changed run's final reward (the mean of its last groups) ends outside those seeds' mean +- 2 standard
 # deviations; inside, it is "about the same" for this many steps.
 #
-# **Exercise 5.5 (predict, then rerun).** Choose one setting of that loop in `rerun_setting`, `"learning_rate"`
+# **Exercise 5.6 (predict, then rerun).** Choose one setting of that loop in `rerun_setting`, `"learning_rate"`
 # (the default 5e-4, `grpo_math.LOOP`'s) or `"temperature"` (the default 1.0: it divides the logits before each
 # token is sampled), and its new value in `rerun_value`. Before running anything, predict in `rerun_prediction` what
 # it does to the **final reward after the rerun's steps**, against the default settings' seeds:
@@ -396,18 +450,18 @@ for name in course.run_files(kit.run_dir):
 # estimate), prints its curve beside the seeds' final rewards, and says why either way. The run is the same on the
 # same machine, so when this cell runs again with a setting already run (after a disconnect, or in the homework's
 # rerun of this notebook), it reads that run back instead of training it again, and says so;
-# `ex.q5.rerun(..., reuse=False)` trains it again.
+# `ex.q6.rerun(..., reuse=False)` trains it again.
 
 # %% tags=["solution"]
-# Exercise 5.5: change one setting of 08's loop (rerun_setting, rerun_value) and predict its final reward against the default seeds: "a", "b" or "c"
+# Exercise 5.6: change one setting of 08's loop (rerun_setting, rerun_value) and predict its final reward against the default seeds: "a", "b" or "c"
 # SOLUTION
 rerun_setting = "learning_rate"
 rerun_value = 5e-5
 rerun_prediction = "c"
 
 # %%
-outcome = ex.q5.rerun(rerun_setting, rerun_value, rerun_prediction, steps=RERUN_STEPS)  # recorded first, then run
-result = ex.q5.check(rerun_prediction, outcome=outcome)
+outcome = ex.q6.rerun(rerun_setting, rerun_value, rerun_prediction, steps=RERUN_STEPS)  # recorded first, then run
+result = ex.q6.check(rerun_prediction, outcome=outcome)
 result
 
 # %% [markdown]
@@ -470,7 +524,7 @@ for name in measured_runs.names():
           f"format {before['format_rate']:.2f} -> {after['format_rate']:.2f}")
 
 # %% [markdown]
-# **Exercise 5.6 (predict, then look).** Four of those runs, drawn below from their logs: the total reward (black),
+# **Exercise 5.7 (predict, then look).** Four of those runs, drawn below from their logs: the total reward (black),
 # the correctness reward (green), and on the right axis the policy's entropy (dotted) and the share of groups with
 # zero spread (dashed). Which of them **learned**, that is, answered more of 50 held-out questions right after
 # training than before? Answer `"learned"` or `"did not learn"` for each, in a dict `learned_or_not`, before you
@@ -478,34 +532,34 @@ for name in measured_runs.names():
 # the curves showed.
 
 # %%
-fig = ex.q6.plot()  # runs A-D (ex.q6.runs() gives their logs)
+fig = ex.q7.plot()  # runs A-D (ex.q7.runs() gives their logs)
 
 # %% tags=["solution"]
-# Exercise 5.6: for runs A-D, "learned" or "did not learn" (held-out accuracy after training against before)
+# Exercise 5.7: for runs A-D, "learned" or "did not learn" (held-out accuracy after training against before)
 # SOLUTION
 learned_or_not = {"A": "did not learn", "B": "learned", "C": "did not learn", "D": "learned"}
 
 # %%
-result = ex.q6.check(learned_or_not)
-for letter, run in ex.q6.runs().items():  # the names, now
+result = ex.q7.check(learned_or_not)
+for letter, run in ex.q7.runs().items():  # the names, now
     print(f"run {letter} = {run.label()}")
     print(f"    its most common answers to the 50 held-out questions after training: {run.common_answers()}")
 result
 
 # %% [markdown]
-# **Exercise 5.7.** The per-token objective in GRPO's policy update is PPO's clipped surrogate, which GRPO
+# **Exercise 5.8.** The per-token objective in GRPO's policy update is PPO's clipped surrogate, which GRPO
 # keeps. Write `clipped_objective(ratio, advantage, epsilon=0.2)`: `min(ratio x A, clip(ratio, 1 - epsilon,
 # 1 + epsilon) x A)`. The check then compares it with `helpers.teaching.grpo_math.policy_loss` (TRL's loss is minus it).
 
 # %% tags=["solution"]
-# Exercise 5.7: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
+# Exercise 5.8: write clipped_objective(ratio, advantage, epsilon=0.2), PPO's clipped surrogate for one token
 # SOLUTION
 def clipped_objective(ratio, advantage, epsilon=0.2):
     clipped = max(1 - epsilon, min(ratio, 1 + epsilon))
     return min(ratio * advantage, clipped * advantage)
 
 # %%
-result = ex.q7.check(clipped_objective)
+result = ex.q8.check(clipped_objective)
 if result.passed:
     import math
 
@@ -517,7 +571,7 @@ if result.passed:
 result
 
 # %% [markdown]
-# **Exercise 5.8.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
+# **Exercise 5.9.** What beta trades. With `beta > 0` TRL adds `beta x KL` to every token's loss, where KL is a
 # per-token estimate of how far the policy has moved from the reference (the model before training):
 # `exp(d) - d - 1` with `d = ref_logp - logp`. (TRL 1.15 also multiplies it by the token's ratio, its default
 # `use_bias_correction_kl=True`: 1 in value when the batch was just sampled, but it changes the gradient;
@@ -525,7 +579,7 @@ result
 # prints what beta = 0.04 adds to a token's loss as the policy moves away from the reference.
 
 # %% tags=["solution"]
-# Exercise 5.8: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
+# Exercise 5.9: write kl_penalty(logp, ref_logp), TRL's per-token KL estimate exp(d) - d - 1 with d = ref_logp - logp
 # SOLUTION
 import math
 
@@ -534,7 +588,7 @@ def kl_penalty(logp, ref_logp):
     return math.exp(d) - d - 1
 
 # %%
-result = ex.q8.check(kl_penalty)
+result = ex.q9.check(kl_penalty)
 if result.passed:
     for logp in (-1.0, -0.5, -2.0, -4.0):
         penalty = 0.04 * kl_penalty(logp, -1.0)
@@ -549,7 +603,7 @@ result
 # a forward pass of the reference model (the adapter switched off) to every step. Both start from the same weights
 # and draw the same first batch. A few live steps of each would show only noise, so this reads the 40-step logs.
 #
-# **Exercise 5.9 (predict, then look).** After 40 steps, how does the `beta = 0.04` run do on the 50 held-out
+# **Exercise 5.10 (predict, then look).** After 40 steps, how does the `beta = 0.04` run do on the 50 held-out
 # questions, against the `beta = 0` run? Answer with one letter, then run the cell after the check:
 #
 # - **a**: better: the penalty stops the collapse onto one answer, so it keeps learning
@@ -557,14 +611,14 @@ result
 # - **c**: the same: 0.04 is too small to matter
 
 # %% tags=["solution"]
-# Exercise 5.9: predict beta = 0.04 against beta = 0 after 40 steps on held-out questions: "a", "b" or "c"
+# Exercise 5.10: predict beta = 0.04 against beta = 0 after 40 steps on held-out questions: "a", "b" or "c"
 # SOLUTION
 beta_prediction = "b"
 
 # %%
 import matplotlib.pyplot as plt
 
-result = ex.q9.check(beta_prediction)
+result = ex.q10.check(beta_prediction)
 runs = {"beta = 0": measured_runs.load("default-seed0"), "beta = 0.04": measured_runs.load("beta-0.04")}
 fig, (ax_r, ax_e, ax_kl) = plt.subplots(1, 3, figsize=(13, 3.2))
 for label, run in runs.items():
@@ -584,26 +638,27 @@ fig.tight_layout(); plt.show()
 result
 
 # %% [markdown]
-# **Exercise 5.10 (a recipe, with its evidence).** You have seen seven measured runs of 40 steps. Choose the
+# **Exercise 5.11 (a recipe, with its evidence).** You have seen seven measured runs of 40 steps. Choose the
 # `learning_rate` (measured: 1e-3, 2.5e-4, and 5e-4 only together with `num_iterations=1`) and the `beta` (0.0,
 # 0.04) you would train the cpu preset with, and justify each with the runs' names in `because`: for each setting, a
 # run where your value learned, and a run where another value did not. A run that changed some other setting is not evidence for these two, and neither is a run
 # that changed two settings at once (the table above lists what each changed): it cannot tell which one did it.
 
 # %% tags=["solution"]
-# Exercise 5.10: recipe_choice, a learning rate and a beta for 40 steps, each justified by the measured runs that show it
+# Exercise 5.11: recipe_choice, a learning rate and a beta for 40 steps, each justified by the measured runs that show it
 # SOLUTION
 recipe_choice = {"learning_rate": 2.5e-4, "beta": 0.0,
                  "because": ["default-seed0", "default-seed1", "lr-1e-3", "beta-0.04"]}
 
 # %%
-ex.q10.check(recipe_choice)
+ex.q11.check(recipe_choice)
 
 # %% [markdown]
 # ## Recap
 #
 # - The preset is the recipe; `GRPOConfig(...)` takes its values, adapted to the card (fp16 on a T4, `use_cpu` on CPU); `GRPOTrainer(...)` gets the model, the rewards and the data; `trainer.train()` runs it.
 # - Memory on a T4 is decided by vLLM's reservation, completions per step and completion length more than by the weights.
+# - vLLM's reservation is sized, not guessed: weights + the KV cache of the sequences sampled at once (2 x layers x KV heads x head size x 2 bytes per token) + its workspace, with a margin, as a fraction of the memory free at load (exercise {{exercise.vllm_sizing}}).
 # - Watch the dashboard: groups with zero spread teach nothing; answers at the cap score low; a falling reward means hacking or a too-high learning rate.
 # - Checkpoints make a disconnect cheap: run the notebook again with the same RUN_DIR and it resumes.
 #

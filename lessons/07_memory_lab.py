@@ -100,8 +100,8 @@ print(f"{fits} of {len(sweep)} combinations fit {BUDGET_GB} GB")
 
 # %% [markdown]
 # Read the plot: the rank barely moves the peak (the adapter is ~18M parameters), while generations and
-# completion length multiply the activations. The flat floor is the vLLM reservation: 0.3 x the memory free at load
-# (about 4.2 GB of the T4's 14.56) whatever you train.
+# completion length multiply the activations. The flat floor is the vLLM reservation, {{t4.gpu_memory_utilization}} x
+# the memory free at load (sized in 05, exercise {{exercise.vllm_sizing}}), whatever you train.
 
 # %% [markdown]
 # ## 3. The OOM doctor
@@ -164,13 +164,14 @@ from helpers.teaching.exercises import nb07 as ex
 # %% [markdown]
 # **Exercise 7.1.** With 8 generations per prompt (batch 8) on the t4 preset, find the **largest
 # `max_completion_length`** (a multiple of 64) that the memory model predicts to fit the 7 GB budget. Put it in
-# `largest_completion_length`.
+# `largest_completion_length`. (The reservation stays the preset's: a KV cache too small for all 8 long completions
+# makes vLLM sample fewer at once, which is slower, not more memory.)
 
 # %% tags=["solution"]
 # Exercise 7.1: find the largest max_completion_length (a multiple of 64) that fits 7 GB with 8 generations
 # SOLUTION
 largest_completion_length = max(
-    L for L in range(64, 4097, 64)
+    L for L in range(64, 8193, 64)
     if estimate(t4, gpu="t4", budget_gb=7.0, num_generations=8, per_device_train_batch_size=8,
                 max_completion_length=L).fits)
 

@@ -16,7 +16,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from helpers import prompts
 from helpers.teaching import exercises as E
-from helpers.teaching.exercises import registry
+from helpers.teaching.exercises import nb05_vllm, registry
 from helpers.teaching import grpo_math, reruns
 from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import answer_of, answers_match, completion_text
@@ -179,11 +179,12 @@ RIGHT = {
     ("nb05", "kl_penalty"): lambda lp, ref: math.exp(ref - lp) - (ref - lp) - 1,
     ("nb05", "beta_prediction"): "b",
     ("nb05", "budget_fix"): {**E.nb05.CLASSMATE, "gradient_checkpointing": True, "gpu_memory_utilization": 0.3},
+    ("nb05", "vllm_sizing"): lambda *args: nb05_vllm.truth(nb05_vllm.SizingCase("", *args)),  # the kit's arithmetic
     ("nb05", "rerun_prediction"): "c",
     ("nb05", "recipe_choice"): {"learning_rate": 2.5e-4, "beta": 0.0, "because": ["default-seed2", "lr-1e-3",
                                                                                   "beta-0.04"]},
     ("nb06", "my_pass_at_k"): pass_at_k_right,
-    ("nb07", "largest_completion_length"): max(L for L in range(64, 4097, 64) if E.nb07.lab_fits(L).fits),
+    ("nb07", "largest_completion_length"): max(L for L in range(64, 8193, 64) if E.nb07.lab_fits(L).fits),
     ("nb08", "policy_loss"): policy_loss_right,
     ("nb08", "grpo_train"): E.nb08.reference_train,  # a student's own loop, right and broken: tests/test_grpo_step.py
 }
@@ -232,7 +233,7 @@ WRONG = [
      ["10 trainable of 120", "counts tensors", "numel"]),
     ("nb06", "my_pass_at_k", lambda n, c, k: min(1.0, c * k / n), ["n=10 samples", "do not add"]),
     ("nb06", "my_pass_at_k", lambda n, c, k: math.comb(c, k) / math.comb(n, k), ["k=2", "ALL k picked"]),
-    ("nb07", "largest_completion_length", 4096, ["does not fit", "not the card's 14.56 GB"]),
+    ("nb07", "largest_completion_length", 8192, ["does not fit", "not the card's 14.56 GB"]),
     ("nb01", "right_wrong_advantages", lambda k, g: (2 * right_wrong_right(k, g)[0], right_wrong_right(k, g)[1])
      if k not in (0, g) else (0.0, 0.0), ["1 right of 4", "sum to 0"]),
     ("nb04", "my_advantages", lambda r: [x / 2 for x in r], ["[4.0, 0.0, 2.5, 0.0]", "sum to 0"]),
@@ -291,7 +292,7 @@ WRONG = [
     ("nb06", "my_pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, ["k=2", "WITH replacement"]),
     ("nb06", "my_pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k - 1), ["c=0 correct, k=1", "returned -3.0"]),
     ("nb07", "largest_completion_length", 256, ["max_completion_length=256", "fits too"]),
-    ("nb07", "largest_completion_length", 4096, ["max_completion_length=4096", "does not fit"]),
+    ("nb07", "largest_completion_length", 8192, ["max_completion_length=8192", "does not fit"]),
     ("nb07", "largest_completion_length", 700, ["multiple of 64"]),
     ("nb08", "policy_loss", lambda lp, old, adv, mask, epsilon=0.2: -policy_loss_right(lp, old, adv, mask, epsilon),
      ["the sign is flipped"]),  # every other mistake: tests/test_grpo_step.py
@@ -396,6 +397,7 @@ WRONG = [
      ["no run where it learned"]),
     ("nb05", "recipe_choice", {"learning_rate": 3e-4, "beta": 0.0, "because": []}, ["was not measured"]),
     ("nb05", "recipe_choice", {"learning_rate": 2.5e-4}, ["answer with a dict"]),
+    ("nb05", "vllm_sizing", (2.74, 0.3), ["pass the function itself"]),  # each named mistake: tests/test_vllm_sizing.py
 ]
 
 
@@ -481,7 +483,7 @@ def test_printed_solution_is_the_lessons_and_passes_its_own_check(key, capsys):
 def test_the_solution_text_is_the_lesson_cell_with_its_blank_markers_as_comments():
     source = registry.find("make_config")["solution"]
     assert "# blank:" not in source and "bf16=bf16_ok,  # a T4 (compute capability 7.5) has no bf16 ..." in source
-    assert "exercise 5.1" in registry.find("make_trainer")["solution"]  # {{exercise.make_config}}, filled in
+    assert f"exercise {registry.number('make_config')}" in registry.find("make_trainer")["solution"]  # filled in
 
 
 def test_the_measured_runs_exercise_draws_four_panels_and_its_runs_are_unambiguous():
@@ -525,7 +527,7 @@ def test_the_vllm_reservation_is_said_one_way_in_the_memory_lessons_and_their_ch
     kit = Path(__file__).resolve().parents[1]
     card = re.compile(r"utilization`?\s*(x|×|times)\s*(the\s+)?(card|14\.56)", re.IGNORECASE)
     for rel in ("lessons/05_train.py", "lessons/07_memory_lab.py", "helpers/teaching/exercises/nb05.py",
-                "helpers/teaching/exercises/nb07.py"):
+                "helpers/teaching/exercises/nb05_vllm.py", "helpers/teaching/exercises/nb07.py"):
         text = (kit / rel).read_text()
         assert not card.search(text), f"{rel}: {card.search(text).group(0)!r}"
     assert "the memory free at load" in E.nb05.budget_fix._hint[1]
@@ -566,12 +568,13 @@ def test_questions_checker_matches_the_presets():
 
 def test_hints_come_in_levels_where_an_exercise_has_several(capsys):
     """hint() nudges and names the next level; hint(n) says more; a level past the last gives the last."""
-    E.nb05.q1.hint()
-    E.nb05.q1.hint(3)
-    E.nb05.q1.hint(7)
+    ex = E.nb05.make_config
+    ex.hint()
+    ex.hint(3)
+    ex.hint(7)
     first, third, past = capsys.readouterr().out.strip().splitlines()
-    assert first.startswith("Hint (q1, 1 of 3): ") and first.endswith("(more: ex.q1.hint(2))")
-    assert third.startswith("Hint (q1, 3 of 3): ") and "use_cpu=not on_gpu" in third and "more" not in third
+    assert first.startswith(f"Hint ({ex.qid}, 1 of 3): ") and first.endswith(f"(more: ex.{ex.qid}.hint(2))")
+    assert third.startswith(f"Hint ({ex.qid}, 3 of 3): ") and "use_cpu=not on_gpu" in third and "more" not in third
     assert past == third
 
 

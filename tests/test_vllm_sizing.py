@@ -69,3 +69,56 @@ def test_the_t4_preset_is_predicted_within_4_gb_and_vllm_holds_its_sampled_seque
     assert est.peak_gb <= 4.0, est.table()
     assert est.vllm_starts and est.kv_cache >= vllm_sizing(T4)[0], est.table()
     assert est.kv_cache == pytest.approx(est.vllm_reservation - est.weights - VLLM_WORKSPACE_GB)
+
+
+# ------------------------------------------------------------------ lesson 05's exercise: each mistake as a student writes it
+
+
+def _student(kv_per_token, base=lambda card: card.free_gb, weights=True, workspace=True, margin=True):
+    """A student's vllm_sizing with one part written their way (the rest right)."""
+    def vllm_sizing(arch, sequences, tokens, weights_gb, card, m):
+        kv_gb = sequences * tokens * kv_per_token(arch) / 2**30
+        need = (weights_gb if weights else 0) + kv_gb + (VLLM_WORKSPACE_GB if workspace else 0)
+        return kv_gb, need * ((1 + m) if margin else 1) / base(card)
+    return vllm_sizing
+
+
+RIGHT_PER_TOKEN = lambda a: 2 * a.num_layers * a.num_kv_heads * a.head_dim * 2  # noqa: E731
+
+MISTAKES = [  # (what the student wrote, words the refusal must say: the misconception)
+    (_student(lambda a: a.num_layers * a.num_kv_heads * a.head_dim * 2), ["K and V once", "2 x layers x KV heads"]),
+    (_student(lambda a: 2 * a.num_layers * a.hidden_size * 2), ["hidden size (1536) instead of KV heads x head size",
+                                                                "2 x 128 = 256", "grouped-query attention"]),
+    (_student(lambda a: 2 * a.num_layers * a.num_kv_heads * a.head_dim * 4), ["4 bytes per value (fp32)", "fp16"]),
+    (_student(lambda a: 2 * a.num_layers * a.num_kv_heads * a.head_dim * 0.5), ["half a byte", "4-bit weights",
+                                                                                 "the cache is not"]),
+    (_student(RIGHT_PER_TOKEN, weights=False), ["forgot the weights (1.11 GB)", "inside its reservation"]),
+    (_student(RIGHT_PER_TOKEN, base=lambda card: card.total_gb), ["fraction of the whole card (14.56 GB)",
+                                                                  "memory free at load (13.85 GB here"]),
+    (_student(RIGHT_PER_TOKEN, workspace=False), ["left out vLLM's workspace"]),
+    (_student(RIGHT_PER_TOKEN, margin=False), ["t4 preset", "left out the margin"]),
+]
+
+
+@pytest.mark.parametrize("answer,words", MISTAKES, ids=[", ".join(w[:1]) for _, w in MISTAKES])
+def test_each_usual_mistake_is_refused_with_its_misconception(answer, words):
+    from helpers.teaching.exercises import nb05 as ex
+
+    result = ex.vllm_sizing.check(answer)
+    assert not result.passed and result.case, result.message
+    for word in words:
+        assert word in result.message, f"{word!r} not in: {result.message}"
+
+
+def test_the_right_sizing_passes_and_the_report_sets_it_beside_the_record():
+    from helpers.teaching.exercises import nb05 as ex
+
+    right = _student(RIGHT_PER_TOKEN)
+    assert ex.vllm_sizing.check(right).passed
+    assert ex.q1 is ex.vllm_sizing  # the lesson's first exercise, checked as ex.q1
+    rec = vllm_record()
+    text = ex.vllm_sizing.report(right, 0.25)
+    assert f"{rec.kv_cache_tokens:,} tokens" in text and f"vLLM logged {rec.kv_cache_gb:.2f} GiB" in text
+    assert f"predicted {rec.kv_cache_gb:.2f} GB" in text and "predicted 0.300" in text
+    assert f"the preset reserves {T4.gpu_memory_utilization:g}" in text
+    assert "until yours passes" in ex.vllm_sizing.report(None)

@@ -11,6 +11,7 @@ from helpers.config import get_preset
 from helpers.teaching import reruns
 from helpers.teaching.reruns import change_text
 from helpers.teaching.exercises.core import Exercise, Fail, call, close, intercept, letter_of, numbered
+from helpers.teaching.exercises.nb05_vllm import vllm_sizing  # noqa: F401 - the sizing exercise, ex.q1 (its own module)
 
 LESSON = "05"
 
@@ -137,7 +138,7 @@ def _over_budget_why(settings: dict, est) -> str:
         return (f"the largest part is vLLM's reservation ({gb:.1f} GB): through Unsloth vLLM takes "
                 f"gpu_memory_utilization x the memory free at load ({t4_free_at_load_gb():.2f} GB on a T4) up front, "
                 f"used or not, at {settings.get('gpu_memory_utilization')}; a 1.5B model in 4 bits "
-                "and its KV cache need far less (the t4 preset reserves 0.3)")
+                f"and its KV cache need far less (the t4 preset reserves {get_preset('t4').gpu_memory_utilization:g})")
     return f"the largest part is {part} ({gb:.2f} GB)"
 
 
@@ -469,7 +470,7 @@ budget_fix = Exercise(
           "two settings: gradient checkpointing (activations kept per layer, the rest recomputed) and vLLM's "
           "up-front reservation (gpu_memory_utilization x the memory free at load, "
           f"{t4_free_at_load_gb():.2f} GB on a T4).",
-          "{**classmate, 'gradient_checkpointing': True, 'gpu_memory_utilization': 0.3}"),
+          f"{{**classmate, 'gradient_checkpointing': True, 'gpu_memory_utilization': {get_preset('t4').gpu_memory_utilization:g}}}"),
     judge=_judge_budget,
     success="the group, the answers' room and the step are kept; the memory came from what the run did not need.")
 

@@ -36,7 +36,7 @@ def _judge_lab_length(answer):
 
 largest_completion_length = Exercise(
     LESSON, "largest_completion_length",
-    hint="loop over range(64, 4097, 64) and keep the lengths whose estimate(...).fits is True.",
+    hint="loop over range(64, 8193, 64) and keep the lengths whose estimate(...).fits is True.",
     judge=_judge_lab_length,
     success="the logits and activations grow linearly with the completion length.")
 
