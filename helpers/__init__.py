@@ -62,6 +62,7 @@ teaching/exercises/  self-checking exercises, one module per lesson (one source:
     nb03.py            03's judges: the GSM8K-to-row mapping, the questions a run draws
     nb04.py            04's judges: two rewards against the kit's, a prediction, brevity, advantages
     nb05.py            05's judges: GRPOConfig/GRPOTrainer calls, zero spread, measured runs, clip, KL, beta
+    nb05_vllm.py       05's sizing judge: vLLM's KV cache and gpu_memory_utilization, each usual mistake named
     nb06.py            06's judge: pass@k
     nb07.py            07's judge: the largest completion length that fits
     nb08.py            08's judge: the policy loss, value and gradient against TRL's own
