@@ -527,7 +527,7 @@ def _judge_questions(t: dict) -> None:
 
 
 def _load_adapter(adapter: Path):
-    """(peft model, tokenizer): the adapter on the base its config names, in float64 on a CPU (small changes)."""
+    """(peft model, tokenizer): the adapter on the base its config names, in float32."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -537,8 +537,8 @@ def _load_adapter(adapter: Path):
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in the student's notebook: the checker says it
     try:
-        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch.float32 if torch.cuda.is_available() else
-                                                    torch.float64).to("cuda" if torch.cuda.is_available() else "cpu")
+        base = AutoModelForCausalLM.from_pretrained(base_name, dtype=torch.float32).to(
+            "cuda" if torch.cuda.is_available() else "cpu")
     finally:
         hf_logging.enable_progress_bar() if bar else None
     tokenizer = AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else base_name)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import notebook_browser as nbb
-from test_notebooks import TINY  # CI's smallest CPU settings, one home
+from test_notebooks import COURSE, TINY  # CI's smallest CPU settings and the class plan's runs, one home
 from helpers.teaching.grpo_math import group_advantages
 from helpers.rewards import score_completion
 
@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = nbb.ROOT
 REWARDS_LESSON = "04_rewards.ipynb"
 TRAINING_LESSON = "05_train.ipynb"
+# 05 as CI's class run has it (class_plans' CPU values: 2 steps, and its rerun exercise at RERUN_STEPS, not the 12
+# steps a class reruns: 140 s more on the 2-core machine)
+TRAINING_PARAMETERS = next(parameters for name, parameters in COURSE if name == TRAINING_LESSON.removesuffix(".ipynb"))
 
 # The reward playground (helpers.teaching.reward_lab.playground): a VBox holding the completion Textarea and the scores HTML.
 PLAYGROUND = ".widget-vbox:has(> .widget-textarea):has(> .widget-html)"
@@ -109,8 +112,9 @@ def _scores(playground) -> dict[str, float]:
     return rows
 
 
-def _run_lesson(page, lab, source: Path, name: str, run_dir: Path, timeout_s: float, on_poll=None) -> dict:
-    copy = nbb.parameterised_copy(source, {**TINY, "RUN_DIR": str(run_dir)}, name)  # never the kit's runs/course
+def _run_lesson(page, lab, source: Path, name: str, run_dir: Path, timeout_s: float, on_poll=None,
+                parameters: dict = TINY) -> dict:
+    copy = nbb.parameterised_copy(source, {**parameters, "RUN_DIR": str(run_dir)}, name)  # never the kit's runs/course
     nbb.open_notebook(page, lab, copy)
     return nbb.run_all(page, timeout_s, on_poll=on_poll)
 
@@ -242,12 +246,12 @@ def test_training_dashboard_redraws_in_place(page, lab, tmp_path):
     start = time.time()
     watch = DashboardWatch()
     state = _run_lesson(page, lab, ROOT / "notebooks" / TRAINING_LESSON, f"05-{TRAINING_LESSON}", tmp_path / "run",
-                        timeout_s=900, on_poll=watch)
+                        timeout_s=900, on_poll=watch, parameters=TRAINING_PARAMETERS)
     assert not state["errors"], f"the lesson raised: {state['errors']}"
     assert all(re.fullmatch(r"\[\d+\]:", p) for p in state["prompts"]), f"every cell ran: {state['prompts']}"
     final = page.evaluate(DASHBOARD_JS, DASHBOARD_STATUS)
     watch.seen.append(final)
-    steps = TINY["MAX_STEPS"]
+    steps = TRAINING_PARAMETERS["MAX_STEPS"]
     # One dashboard, one figure, at every moment the page was looked at: redrawn in place, never stacked.
     stacked = [s for s in watch.seen if s["status"] != 1 or s["statusInCell"] != 1]
     assert not stacked, f"the dashboard stacked copies instead of redrawing in place: {stacked[0]}"
