@@ -46,7 +46,7 @@ LAYERS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_
 if GPU:
     model, tokenizer = FastLanguageModel.from_pretrained(model_name="unsloth/Qwen2.5-1.5B-Instruct", max_seq_length=768,
                                                          load_in_4bit=True, fast_inference=True, max_lora_rank=16,
-                                                         gpu_memory_utilization=0.3)
+                                                         gpu_memory_utilization=0.13)  # lesson 05's vLLM sizing
     model = FastLanguageModel.get_peft_model(model, r=16, target_modules=LAYERS, lora_alpha=16,
                                              use_gradient_checkpointing="unsloth", random_state=0)
 else:
