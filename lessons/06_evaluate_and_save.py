@@ -15,7 +15,7 @@
 # - Share on the Hugging Face Hub with a token kept in Colab secrets or HF_TOKEN, never in the notebook.
 # - Know where every file goes: exports on this runtime's disk, on Google Drive only when you ask.
 #
-# **Expected time:** no GPU needed. Measured on an idle 2-core CPU machine (2026-11-27, lab/docs/performance.md), with a tiny run trained here: 3 min 46 s with the defaults ({{cpu.eval_size}} questions, 4 samples each for pass@k); 2 min 30 s with the class plans' `EVAL_SIZE = 50`, `PASS_K_SAMPLES = 2`; 1 min 35 s to 1 min 41 s with `EVAL_SIZE = 20`, `PASS_K_SAMPLES = 2`; the opt-in merged and GGUF exports add about 10 s. A Colab CPU runtime adds its install (about a minute, estimate) and may be slower or faster than that machine (not measured).
+# **Expected time:** no GPU needed. Measured on an idle 2-core CPU machine (2026-11-27, lab/docs/performance.md), with a tiny run trained here: {{time.nb06_defaults|min}} with the defaults ({{cpu.eval_size}} questions, 4 samples each for pass@k); {{time.nb06_class|min}} with the class plans' `EVAL_SIZE = 50`, `PASS_K_SAMPLES = 2`; 1 min 35 s to 1 min 41 s with `EVAL_SIZE = 20`, `PASS_K_SAMPLES = 2`; the opt-in merged and GGUF exports add about 10 s. A Colab CPU runtime adds its install (about a minute, estimate) and may be slower or faster than that machine (not measured).
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 

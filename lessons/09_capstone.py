@@ -12,7 +12,7 @@
 # - Know what "it learned" means, measured from outside your script: the adapter you saved moves the completions your run sampled the way their advantages say (above the group's mean: more likely; below: less), and your rewards score a right answer above the same completion with a wrong one.
 # - Check a script from a notebook cell (`capstone.check`) or a terminal (`python -m helpers.capstone`).
 #
-# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), then the checker's own measurement of the saved adapter: 53 s measured on an idle 2-core machine (the script 32 s, the measurement about 20 s; `time python -m helpers.capstone capstone/solution/train_grpo.py`, 2026-11-29), longer on a busy one.
+# **Expected time on a Colab CPU runtime** (this lesson needs no GPU): 30-60 min of writing (estimate); the check is 2 GRPO steps of the embedded model (one sampled group of 8, trained on twice), then the checker's own measurement of the saved adapter: {{time.capstone_check}} measured on an idle 2-core machine (the script {{time.capstone_check_script}}, the measurement about {{time.capstone_check_measurement}}; `time python -m helpers.capstone capstone/solution/train_grpo.py`, 2026-11-29), longer on a busy one.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
@@ -81,7 +81,7 @@ print(f"the exercise cell writes {SCRIPT}" + (" (a file is there now: the cell r
 # {{include capstone/solution/train_grpo.py}}
 
 # %%
-# The check: runs the script for 2 GRPO steps in a temporary folder, measures the adapter it saved (53 s on an idle 2-core CPU) and says "Passed" or what to fix
+# The check: runs the script for 2 GRPO steps in a temporary folder, measures the adapter it saved ({{time.capstone_check}} on an idle 2-core CPU) and says "Passed" or what to fix
 capstone.check(SCRIPT)
 
 # %% [markdown]

@@ -22,12 +22,14 @@ what the judges print and the class plans and the kit's messages cite) and the a
 Elsewhere an exercise is named by its answer, never by a typed number: `{{exercise.brevity_reward}}` in a lesson
 becomes its number (tests/test_exercise_numbers.py finds typed ones). A line `# {{include <path>}}` becomes that kit
 file's text (09's capstone script lives once, in capstone/solution/train_grpo.py); the line `# {{setup cell}}`
-becomes helpers.notebook_setup.SETUP_CELL, the one setup cell of every notebook.
+becomes helpers.notebook_setup.SETUP_CELL, the one setup cell of every notebook. `{{time.capstone_check}}` becomes
+a measured time of results/measured-times.json (each typed once there, with its command, machine and date).
 
 The markdown files (README.md, capstone/README.md, docs/*.md, lab/docs/*.md) carry the same facts as spans the build
 rewrites in place, readable on GitHub: `<!--{{t4.max_steps}}-->250<!--/-->` (`{{t4.model_name|name}}` is the model
-without its organisation). Change a preset and rebuild: every lesson, README and doc follows; --check names a file
-that did not (tests/test_student_notebooks.py).
+without its organisation), `<!--{{time.cpu_preset_run|min}}-->7 min 22 s<!--/-->`. Change a preset or a measured
+time and rebuild: every lesson, README and doc follows; --check names a file that did not
+(tests/test_student_notebooks.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ if str(KIT) not in sys.path:  # run as a file: helpers/ and scripts/ import from
 from helpers.config import PRESETS  # noqa: E402
 from helpers.colab import lesson_needs_gpu  # noqa: E402
 from helpers.notebook_setup import SETUP_CELL  # noqa: E402
+from helpers.teaching.class_plans import TIMES, time_text  # noqa: E402
 from scripts import make_student_notebooks as student  # noqa: E402
 
 REPO = KIT  # where the committed notebooks are compared and written (tests point it elsewhere)
@@ -90,10 +93,17 @@ def lesson_text(lesson: Path, numbers: dict | None = None) -> str:
 
 def fill_placeholders(text: str, where: str, numbers: dict | None = None) -> str:
     """{{preset.field}} -> the preset's value (helpers.config.PRESETS); {{exercise.<answer>}} -> that exercise's
-    number, from numbers ({answer: "4.4"}; left as is while the numbers are being read); {{preset.field|name}}
-    applies a filter of FILTERS to the value."""
+    number, from numbers ({answer: "4.4"}; left as is while the numbers are being read); {{time.<name>}} -> that
+    measured time of results/measured-times.json ("53 s"; |min: "7 min 22 s", helpers.teaching.class_plans'
+    TIME_FORMATS); {{preset.field|name}} applies a filter of FILTERS to the value."""
     def value(m):
         preset, field, how = m.group(1), m.group(2), m.group(3)
+        if preset == "time":
+            try:
+                return time_text(field, how, TIMES)
+            except KeyError as e:
+                raise SystemExit(f"{where}: {m.group(0)}: {e.args[0]}. Fix: name a time of results/measured-times.json "
+                                 "(or add it there, with its command, machine and date).") from None
         if how and how not in FILTERS:
             raise SystemExit(f"{where}: {m.group(0)}: no filter {how!r} (filters: {', '.join(FILTERS)})")
         if preset == "exercise":

@@ -16,13 +16,56 @@ No T4 time of the kit is measured. The T4 times the guide gives are estimates sc
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from helpers.config import PRESETS, Preset
 from helpers.memory.architectures import MODELS, model_key
 from helpers.teaching.exercises.registry import number as ex  # ex("brevity_reward") -> its number in 04
 
 T4, CPU = "T4", "CPU"
+
+TIMES_FILE = Path(__file__).resolve().parents[2] / "results" / "measured-times.json"
+
+
+def measured_times(path: Path = TIMES_FILE) -> dict:
+    """{name: seconds, or [low, high]} from results/measured-times.json, where each measured time is typed once beside
+    its command, machine and date: the build renders them into lessons and docs, the plans below quote them."""
+    return {name: entry["seconds"] for name, entry in json.loads(path.read_text())["times"].items()}
+
+
+def _min_s(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+TIME_FORMATS = {None: lambda s: f"{s} s",  # as measured: 53 s, 441.8 s, 150.0 s
+                "round": lambda s: f"{round(s)} s",  # 117.9 -> 118 s
+                "min": _min_s,  # 441.8 -> 7 min 22 s
+                "minutes": lambda s: f"{s / 60:.1f} minutes"}  # 150.0 -> 2.5 minutes
+TIMES = measured_times()
+
+
+def time_text(name: str, how: str | None = None, times: dict | None = None) -> str:
+    """A measured time as the docs write it: time_text("cpu_preset_run", "min") -> "7 min 22 s"; a [low, high] pair
+    -> "118-128 s". KeyError naming the known times or filters."""
+    times = TIMES if times is None else times
+    if name not in times:
+        raise KeyError(f"no measured time {name!r} in {TIMES_FILE.name} (times: {', '.join(sorted(times))})")
+    if how not in TIME_FORMATS:
+        raise KeyError(f"no time filter {how!r} (filters: {', '.join(str(k) for k in TIME_FORMATS if k)})")
+    value, fmt = times[name], TIME_FORMATS[how]
+    if isinstance(value, list):
+        low, high = (fmt(v).removesuffix(" s") for v in value)
+        return f"{low}-{high} s" if how in (None, "round") else f"{fmt(value[0])} to {fmt(value[1])}"
+    return fmt(value)
+
+
+def time_span(name: str, how: str | None = None) -> str:
+    """A measured time as a fact span of the guide (`<!--{{time.NAME|how}}-->53 s<!--/-->`), which
+    scripts/make_notebooks.py rewrites whenever results/measured-times.json changes."""
+    return f"<!--{{{{time.{name}{'|' + how if how else ''}}}}}-->{time_text(name, how)}<!--/-->"
 
 # What a block asks of the students (or of you):
 SETUP = "setup"        # open the notebook's badge, type `parameters`, run the parameters and setup cells only (install)
@@ -237,8 +280,8 @@ NINETY_MINUTES = Plan("90-minutes", "90 minutes", 90, (
         "numbers and answers), then works on the embedded model in a folder of its own: "
         "`TRAIN_IF_MISSING` (on by default) trains a 1-step run there (mechanics, not learning), then greedy accuracy "
         "before and after on 50 questions, pass@k with 2 samples per question, save and reload. The exports at the "
-        "end are opt-in and stay off. Discussion question 6 while it runs: its cells take about 2.5 minutes on 2 cores "
-        "([measured](#time-per-notebook)).")),
+        "end are opt-in and stay off. Discussion question 6 while it runs: its cells take about "
+        f"{time_span('nb06_class', 'minutes')} on 2 cores ([measured](#time-per-notebook)).")),
     Block(4, "05_train", T4, CONTINUE, reads_run=True, does=(
         "Back to 05: its summary gives accuracy before and after on the same 50 GSM8K questions, `dashboard.png` the "
         "whole run, and the exercises after the training cell have run (answer them at home, then re-run "
@@ -299,7 +342,8 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
     Block(20, "06_evaluate_and_save", CPU, RUN, parameters=_06_CLASS, reads_run=True, does=(
         f"05 has finished by now, even at the slowest estimate. 06 on a CPU runtime: exercise {ex('my_pass_at_k')} "
         "answered first, then Run all: the class run's numbers from Drive, a 1-step run of the embedded model in a folder of its own (mechanics only), greedy accuracy before and after, pass@k with 2 samples, save and "
-        "reload (about 2.5 minutes on 2 cores, [measured](#time-per-notebook)); the exports stay off unless you want "
+        f"reload (about {time_span('nb06_class', 'minutes')} on 2 cores, [measured](#time-per-notebook)); the exports "
+        "stay off unless you want "
         "to show one. Discussion questions 6 and 7.")),
     Block(10, "05_train", T4, CONTINUE, reads_run=True, does=(
         "05's results: accuracy before and after on 100 GSM8K questions, the dashboard of the whole run, exercises "
@@ -310,8 +354,8 @@ HALF_DAY = Plan("half-day", "Half-day workshop (3.5 hours with a break)", 210, (
               "continues from `checkpoint-150` on Drive.")),
     Block(0, "09_capstone", CPU, RUN, homework=True, does=(
         "The capstone, 09 on a CPU runtime: their own `train_grpo.py` from a blank file, checked in the notebook "
-        "(2 GRPO steps of the embedded model, then the adapter measured: 53 s on an idle 2-core machine, "
-        "2026-11-29).")),
+        f"(2 GRPO steps of the embedded model, then the adapter measured: {time_span('capstone_check')} on an idle "
+        "2-core machine, 2026-11-29).")),
 ))
 
 PLANS = {plan.key: plan for plan in (NINETY_MINUTES, HALF_DAY)}
