@@ -332,3 +332,40 @@ def test_a_changed_t4_model_and_cpu_learning_rate_reach_every_lesson_readme_and_
     readme, notebook_02 = texts["README.md"], texts["notebooks/02_load_model.ipynb"]
     assert readme.count("Qwen3-4B-Instruct-2507") >= 2 and "Qwen3-4B-Instruct-2507" in notebook_02
     assert "LoRA on the tiny CPU model: 3e-4" in texts["notebooks/05_train.ipynb"]
+
+
+def test_a_changed_measured_time_reaches_every_lesson_readme_and_doc(tmp_path, monkeypatch):
+    """The lead re-measures the capstone check and the cpu preset's main job and changes their seconds once, in
+    results/measured-times.json, and rebuilds: every notebook, README and doc mention follows (the class plans' too,
+    rendered as spans), and no typed copy of the old time is left."""
+    import json
+
+    from helpers.teaching import class_plans as cp
+
+    builder = _builder()
+    source = json.loads(cp.TIMES_FILE.read_text())
+    old = {name: cp.TIMES[name] for name in ("capstone_check", "cpu_preset_run")}
+    source["times"]["capstone_check"]["seconds"] = 61.5
+    source["times"]["cpu_preset_run"]["seconds"] = 503.4  # 8 min 23 s
+    copy = tmp_path / "measured-times.json"
+    copy.write_text(json.dumps(source))
+    monkeypatch.setattr(builder, "TIMES", cp.measured_times(copy))
+    out = tmp_path / "out"
+    texts = {p.relative_to(out).as_posix(): "\n".join(c.source for c in nbformat.read(p, as_version=4).cells)
+             if p.suffix == ".ipynb" else p.read_text() for p in builder.build(out) if p.suffix in (".ipynb", ".md")}
+    typed = re.compile("|".join([rf"(?<!min )\b{old['capstone_check']} s\b", re.escape(f"{old['cpu_preset_run']} s"),
+                                 re.escape(cp.time_text("cpu_preset_run", "min"))]))
+    # lab/docs/scale-out.md's "53 s wall" is another command; lessons/05_train.py still types the cpu preset's time
+    # (7 min 22 s (441.8 s)) by hand: issue 47.2 left it while 05 was being edited.
+    not_this = ("53 s wall",)
+    not_yet = ("notebooks/05_train.ipynb", "notebooks/student/05_train.ipynb")
+    left = [f"{path}: {line.strip()[:120]}" for path, text in texts.items()
+            if path not in (*_RECORDS, *not_yet) for line in text.splitlines()
+            if typed.search(line) and not any(s in line for s in not_this)]
+    assert not left, "a measured time typed by hand (write {{time.NAME}} / <!--{{time.NAME}}-->...<!--/-->):\n" + \
+        "\n".join(left)
+    found = {path: (text.count("61.5 s"), text.count("8 min 23 s"), text.count("503.4 s")) for path, text in texts.items()
+             if "61.5 s" in text or "8 min 23 s" in text or "503.4 s" in text}
+    assert found == {"README.md": (1, 1, 1), "capstone/README.md": (1, 0, 0), "docs/notebooks.md": (1, 1, 0),
+                     "docs/instructor-guide.md": (1, 4, 0), "notebooks/09_capstone.ipynb": (2, 0, 0),
+                     "notebooks/student/09_capstone.ipynb": (2, 0, 0)}, found
