@@ -369,3 +369,26 @@ def test_a_changed_measured_time_reaches_every_lesson_readme_and_doc(tmp_path, m
     assert found == {"README.md": (1, 1, 1), "capstone/README.md": (1, 0, 0), "docs/notebooks.md": (1, 1, 0),
                      "docs/instructor-guide.md": (1, 4, 0), "notebooks/09_capstone.ipynb": (2, 0, 0),
                      "notebooks/student/09_capstone.ipynb": (2, 0, 0)}, found
+
+
+def test_every_measured_time_has_its_provenance_and_a_wrong_name_is_refused_with_the_fix():
+    """Each time of results/measured-times.json says what was timed, by which command, on which machine and when; a
+    placeholder naming no time, or no filter, stops the build saying which exist."""
+    import json
+
+    from helpers.teaching import class_plans as cp
+
+    entries = json.loads(cp.TIMES_FILE.read_text())["times"]
+    missing = [f"{name}: {key}" for name, e in entries.items() for key in ("seconds", "what", "command", "machine", "date")
+               if not e.get(key)]
+    assert not missing, f"a measured time without its provenance: {missing}"
+    builder = _builder()
+    times = {"job": 441.8, "notebook": 150.0, "loop": [117.9, 127.9]}  # the docs' forms of these seconds:
+    assert [cp.time_text(name, how, times) for name, how in [("job", "min"), ("job", None), ("notebook", "minutes"),
+                                                            ("notebook", None), ("loop", "round")]] == [
+        "7 min 22 s", "441.8 s", "2.5 minutes", "150.0 s", "118-128 s"]
+    with pytest.raises(SystemExit, match=r"lessons/x.py: \{\{time.capstone_chek\}\}: no measured time 'capstone_chek'.*"
+                                         r"capstone_check.*Fix: name a time of results/measured-times.json"):
+        builder.fill_placeholders("{{time.capstone_chek}}", "lessons/x.py")
+    with pytest.raises(SystemExit, match=r"no time filter 'hours' \(filters: round, min, minutes\)"):
+        builder.fill_placeholders("{{time.capstone_check|hours}}", "lessons/x.py")
