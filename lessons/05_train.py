@@ -57,11 +57,11 @@ OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stoppin
 # checkpointing, and no reference model (`beta=0`).
 
 # %%
-from helpers.model import unsloth_guard
-from helpers.run import pipeline
+from helpers import sharing
+from helpers.model import check_trainer_uses_model_engine, unsloth_guard
+from helpers.run import checkpoints, dashboard, metrics, pipeline
 from helpers.runtime import import_unsloth
-from helpers.teaching import course
-from helpers.run.metrics import read_metrics
+from helpers.teaching import course, grpo_math, measured_runs
 
 course.print_preset(kit.preset)
 
@@ -107,9 +107,8 @@ def vllm_sizing(arch, sequences, tokens, weights_gb, card, margin):
 
 
 # %%
-result = ex.q1.check(vllm_sizing)
 my_margin = 0.25  # state yours: what does it cover? (the kit's: one record, FP4 weights measured, a T4 never measured)
-print(ex.q1.report(vllm_sizing if result.passed else None, my_margin))
+result = ex.q1.check(vllm_sizing, margin=my_margin)  # then yours (the kit's until it passes) beside the record
 result
 
 # %% [markdown]
@@ -151,8 +150,7 @@ p = kit.preset
 if not kit.on_gpu:
     model, tokenizer = pipeline.load_model(state)            # 02's CPU branch, with the kit's CPU speed-ups
 state.model, state.tokenizer = model, tokenizer              # the run's next steps evaluate, train and save this model
-memory.append(course.memory_snapshot("after loading"))
-course.print_memory(memory)                                  # GPU: allocated, reserved, nvidia-smi (02); CPU: RSS
+course.print_memory(memory + [course.memory_snapshot("after loading")])  # GPU: allocated, reserved, nvidia-smi; CPU: RSS
 train_dataset, heldout = pipeline.load_data(state)           # 03's questions, long prompts dropped
 before = pipeline.evaluate_before(state, heldout)            # greedy accuracy before training
 
@@ -310,9 +308,6 @@ result
 # %%
 from trl import GRPOTrainer
 
-from helpers.model import check_trainer_uses_model_engine
-from helpers.run.trl_patches import patch_trl_for_cpu
-
 # %% tags=["solution"]
 # Exercise 5.5: write make_trainer(...): the GRPOTrainer call, each argument to its keyword
 # SOLUTION
@@ -330,8 +325,6 @@ def make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callback
 
 # %%
 result = ex.q5.check(make_trainer)
-if not kit.preset.backend.uses_unsloth:
-    patch_trl_for_cpu()  # CPU only: TRL's log-prob kernel needs Triton; a plain PyTorch one replaces it
 callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, checkpoint rotation, live dashboard
 # Yours once it passes; until then the same call in helpers.run.pipeline.build_trainer, so the lesson goes on.
 trainer = (make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks) if result.passed
@@ -370,15 +363,11 @@ with course.RssSampler(interval=1.0) as rss, pipeline.training(state, trainer):
         trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
 summary = pipeline.finish(state, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
 print(summary)
-from helpers import sharing
-
 sharing.hand_off_run(kit.run_dir)  # Colab without Drive only: downloads the run (results, adapter) as a zip for 06
 
 # %%
-from helpers.run.checkpoints import list_checkpoints
-
 ckpt_root = state.folder.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
-kept = list_checkpoints(ckpt_root)
+kept = checkpoints.list_checkpoints(ckpt_root)
 print(f"checkpoints in {ckpt_root}: " + (", ".join(f"{c.path.name} ({'complete' if c.complete else 'incomplete'})" for c in kept) or "none"))
 print("interrupted? run the notebook again from the top with the same RUN_DIR: it resumes from the newest complete one.")
 
@@ -408,12 +397,10 @@ print("interrupted? run the notebook again from the top with the same RUN_DIR: i
 #   section). That is normal.
 
 # %%
-from helpers.run.dashboard import plot_dashboard
-
-rows = read_metrics(kit.run_dir / "metrics.jsonl")
+rows = metrics.read_metrics(kit.run_dir / "metrics.jsonl")
 print(f"{len(rows)} logged steps; keys: {sorted(rows[0]) if rows else []}")
 # The dashboard's figure for the whole run; without memory/* logs its memory panel shows the RSS sampled above.
-fig = plot_dashboard(rows, title=f"GRPO on {kit.preset.model_name}", rss_samples=rss.samples)
+fig = dashboard.plot_dashboard(rows, title=f"GRPO on {kit.preset.model_name}", rss_samples=rss.samples)
 fig.savefig(kit.run_dir / "training_curves.png", dpi=100)
 
 # %%
@@ -477,8 +464,6 @@ result
 # finished, set a flag in a new cell and run this cell again.
 
 # %%
-from helpers import sharing
-
 exports = sharing.export_dir(kit.run_dir, to_drive=EXPORT_TO_DRIVE)  # this runtime's disk unless EXPORT_TO_DRIVE
 adapter = state.run_dir / "adapter"                                  # what finish saved
 merged = None
@@ -515,8 +500,6 @@ if not (EXPORT_MERGED or EXPORT_GGUF or HUB_REPO):
 # its log takes none.
 
 # %%
-from helpers.teaching import measured_runs
-
 for name in measured_runs.names():
     run = measured_runs.load(name)
     before, after = run.meta["before"], run.meta["after"]
@@ -562,8 +545,6 @@ def clipped_objective(ratio, advantage, epsilon=0.2):
 result = ex.q8.check(clipped_objective)
 if result.passed:
     import math
-
-    from helpers.teaching import grpo_math
 
     for r, a in [(1.5, 1.0), (0.5, 1.0), (0.5, -1.0), (1.5, -1.0)]:
         trl_loss = float(grpo_math.policy_loss([[math.log(r)]], [[0.0]], [a], [[1]], loss_type="grpo")["loss"])

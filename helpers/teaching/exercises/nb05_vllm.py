@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from helpers.config import get_preset
-from helpers.teaching.exercises.core import Exercise, Fail, call, close
+from helpers.teaching.exercises.core import MISSING, Exercise, Fail, call, close
 
 LESSON = "05"
 
@@ -193,7 +193,13 @@ def report(fn=None, margin: float | None = None) -> str:
 
 class _SizingExercise(Exercise):
     """The sizing exercise: .t4_case() is the t4 preset's case (its arch, sequences, tokens, weights, card), .report()
-    sets your function beside the record and on the t4 preset."""
+    sets your function beside the record and on the t4 preset; .check(fn, margin=...) prints that report after its
+    verdict, so the lesson's check cell shows both."""
+
+    def check(self, answer=MISSING, margin: float | None = None, **context):
+        result = super().check(answer, **context)
+        print(report(answer if result.passed else None, margin))
+        return result
 
     def t4_case(self, margin: float | None = None) -> SizingCase:
         return t4_case(margin)
