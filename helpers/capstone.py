@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import ast
 import io
-import itertools
 import json
 import math
 import os
@@ -36,8 +35,9 @@ from types import SimpleNamespace
 
 from helpers import data
 from helpers.capstone_watch import (  # noqa: F401 - KIT, HELPERS, ALLOWED, kit_module: the checker's names too
-    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, _allowed, _library_file, _lora_key, _named_modules,
-    _origin, kit_module, reward_cases)
+    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, CapstoneError, StoppedEarly, _allowed, _judge_questions,
+    _judge_reward_cases, _library_file, _lora_key, _named_modules, _origin, judge_before_training, kit_module,
+    reward_cases)
 from helpers.messages import say
 from helpers.teaching.exercises.nb04 import CHAT  # 04's hint for a chat completion read as a string
 
@@ -57,10 +57,6 @@ _WRITE_IT = {
 _ALLOWED_TEXT = ("helpers.data, helpers.prompts, helpers.model (prepare_embedded_model), "
                  "helpers.run.trl_patches (patch_trl_for_cpu) and helpers.cpu_compat")
 TRITON_ERROR = "'NoneType' object has no attribute 'apply'"
-
-
-class CapstoneError(Exception):
-    """What is wrong with the script's run, and what to do (check() turns it into a "Not yet" result)."""
 
 
 @dataclass
@@ -474,58 +470,6 @@ MAX_BATCHES = 4  # the scored batches measured (the first ones): 2 steps sample 
 SHUFFLES, BEYOND = 4, 10.0  # S must exceed BEYOND x the largest |S| of SHUFFLES shuffles of the adapter's LoRA B
 
 
-def _judge_reward_cases(t: dict, cases: list[dict]) -> None:
-    """The student's rewards, run after train() on pairs of 04's completions (capstone_watch.reward_cases): the same
-    scores on a second call (random numbers are refused), and each right one above its twin with a wrong answer."""
-    how = "The checker calls each reward as TRL does, after train(), with answer= (04's gold) and your other columns."
-    probe, total = t.get("probe") or {}, [0.0] * len(cases)
-    if "error" in probe:
-        raise CapstoneError(f"your rewards failed on lesson 04's labelled completions ({probe['error']}). {how} Fix: "
-                            "a reward that takes any completion text (read it with completion[0][\"content\"]) and "
-                            f"the gold answer from `answer`.\n{probe.get('traceback', '')[-1500:]}")
-    scores = probe.get("scores") or {}
-    for (name, (first, second)), weight in zip(scores.items(), t.get("reward_weights") or [1.0] * len(scores)):
-        if changed := [(c["label"], a, b) for c, a, b in zip(cases, first, second) if a != b and a == a]:
-            raise CapstoneError(
-                f"your reward {name} gave the same completions different scores on two calls ({len(changed)} of "
-                f"{len(cases)}; 04's '{changed[0][0]}': {changed[0][1]:g}, then {changed[0][2]:g}): it does not judge "
-                "the completion (random numbers?), so its advantages are noise and the run learns nothing. Fix: score "
-                "each completion from its text: the answer compared with `answer` as numbers (notebook 04).")
-        total = [x + weight * (s or 0.0) for x, s in zip(total, first)]
-    if sum(gaps := [r - w for r, w in zip(total[::2], total[1::2])]) <= 0:  # right minus its twin (pairs)
-        k = min(range(len(gaps)), key=gaps.__getitem__)
-        raise CapstoneError(
-            f"your rewards ({', '.join(scores)}) do not score right answers above wrong ones: on {len(gaps)} of lesson "
-            "04's completions, each beside its twin with the answer changed to a wrong number (same layout), the "
-            f"right one scores {sum(gaps) / len(gaps):+.3g} more on average (04's '{cases[2 * k]['label']}': "
-            f"{total[2 * k]:g} right, {total[2 * k + 1]:g} wrong). {how} Fix: a correctness reward: the last <answer> "
-            "block compared with `answer` as numbers (1,000 is 1000), worth more than all format rewards (2.0 in 04).")
-
-
-def _synthetic(questions: set[str]) -> set[str]:
-    """Those of the questions helpers.data.make_problem writes (its every draw, level by level, cheap ones first)."""
-    found = set()
-    for level in (1, 3, 2) if questions else ():
-        lo, hi = data._RANGES[1 if level == 3 else level]
-        draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *[range(2, 10)] * (level == 3)]
-        found |= {q for op in data.OPERATIONS for combo in itertools.product(*draws)
-                  if (q := data.make_problem(data._Scripted(combo), op, level)["question"]) in questions}
-        if found == questions:
-            break
-    return found
-
-
-def _judge_questions(t: dict) -> None:
-    """No question the script trained on is one of the kit's held-out synthetic questions (helpers.data.split_of)."""
-    questions, names = t.get("questions") or [], tuple(f"{n} " for n in data._NAMES)  # a synthetic one's first word
-    if heldout := _synthetic({q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}):
-        raise CapstoneError(
-            f"{sum(q in heldout for q in questions)} of the {len(questions)} questions your script trains on are from "
-            f"the held-out split, the questions the kit evaluates on (e.g. \"{sorted(heldout)[0]}\"): a score on them "
-            "measures memory, not learning. Fix: train on the train split: helpers.data.synthetic_problems(n, "
-            "\"train\") (gsm8k_records(\"train\") on a GPU), and keep \"heldout\" for evaluation.")
-
-
 def _load_adapter(adapter: Path):
     """(peft model, tokenizer): the adapter on the base its config names, in float32."""
     import torch
@@ -633,14 +577,17 @@ def _judge_learning(t: dict, out: Path, weights: dict) -> dict:
 
 
 def _verdict(r, report: dict, out: Path, steps: int, tmp: Path) -> dict:
+    cases = json.loads((tmp / CASES).read_text())
+    if (report["failure"] or {}).get("type") == StoppedEarly.__name__:  # the watch stopped train() before its steps:
+        judge_before_training(next(t for t in report["trainers"][::-1] if t["train_called"]), cases)  # judged here
     if report["failure"]:
         names = [f["name"] for t in report["trainers"] for f in t.get("reward_funcs", [])]
         raise CapstoneError(_explain_failure(report["failure"], r.stderr, steps, names))
     t = _judge_trainer(report, steps)
     _judge_rewards(t)
     changed, total, saved = _judge_adapter(t, out, tmp)
-    _judge_questions(t)
-    _judge_reward_cases(t, json.loads((tmp / CASES).read_text()))
+    _judge_questions(t)  # again, here: the watch that judged the questions ran in the script's process
+    _judge_reward_cases(t, cases)
     _say("the script's run is over; measuring its saved adapter on the base model ...")
     measured = _judge_learning(t, out, saved)
     return {"steps": t["steps"], "rewards": t["reward_logs"], "reward_funcs": [f["name"] for f in t["reward_funcs"]],

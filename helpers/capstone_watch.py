@@ -1,7 +1,8 @@
 """The capstone checker's trip-wire, inside the student's interpreter (helpers.capstone runs the script under
 `_bootstrap`): the steps the student's own trainer.train() runs, counted by a TrainerCallback only this module holds,
 the LoRA B matrices before and after them, the reward functions' origin, each batch TRL scores, the training
-questions, the rewards run on lesson 04's completions after train(), and every use of the kit's pipeline however it
+questions, the rewards run on lesson 04's completions before train() (a run that breaks a rule then is stopped
+there), and every use of the kit's pipeline however it
 is reached (an import by any mechanism, its source read or exec'd, a Python subprocess), noted and stopped. The
 script could write this report: helpers.capstone judges the saved adapter itself, after the script ended."""
 
@@ -12,6 +13,7 @@ import functools
 import importlib
 import importlib.abc
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -258,9 +260,15 @@ class _Recorder:
             _record_batches(trainer, record)
             record["questions"] = _questions(getattr(trainer, "train_dataset", None))
             self.note("trainer.train() started")
+            record["probe"] = _probe(trainer, self.folder)  # before the steps: 04's completions need no training
+            try:
+                if _is_grpo(trainer):  # another trainer is refused for what it is, after the script
+                    judge_before_training(record, json.loads((self.folder / CASES).read_text()))
+            except CapstoneError:
+                self.note("a rule is broken before the first step: stopped, the checker says which")
+                raise StoppedEarly() from None
             result = train(trainer, *args, **kwargs)
             self.note(f"trainer.train() returned at step {getattr(getattr(trainer, 'state', None), 'global_step', 0)}")
-            record["probe"] = _probe(trainer, self.folder)
             return result
 
         trainer_cls.__init__, trainer_cls.train = recorded_init, recorded_train
@@ -292,15 +300,14 @@ class _Recorder:
 
     # -- the report
     def _trainer_report(self, t: dict) -> dict:
-        trainer, mro = t["trainer"], type(t["trainer"]).__mro__
+        trainer = t["trainer"]
         if "lora_end" in t:  # the trained weights, for the checker to compare with the saved adapter
             from safetensors.numpy import save_file
 
             save_file(t.pop("lora_end"), str(self.folder / TRAINED))
         return {
             "class": f"{type(trainer).__module__}.{type(trainer).__qualname__}",
-            "is_grpo": any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(
-                ("trl", "unsloth")) for c in mro),
+            "is_grpo": _is_grpo(trainer),
             **{k: v for k, v in t.items() if k not in ("trainer", "lora_begin")},
             "global_step": getattr(getattr(trainer, "state", None), "global_step", 0),
         }
@@ -425,6 +432,90 @@ def _probe(trainer, folder: Path) -> dict:
     except Exception as err:  # noqa: BLE001 - the student's reward failed on 04's completions: the checker says so
         return {"error": f"{type(err).__name__}: {err}",
                 "traceback": "".join(traceback.format_exception(err))[-2000:]}
+
+
+class CapstoneError(Exception):
+    """What is wrong with the script's run, and what to do (check() turns it into a "Not yet" result)."""
+
+
+class StoppedEarly(BaseException):  # not an Exception: a script's `except Exception` around train() lets it through
+    """Raised in place of train() when what is known before training (the questions, the rewards on 04's
+    completions) already breaks a rule: the steps would only delay the refusal, which helpers.capstone gives by
+    judging the noted record again (judge_before_training), not from this exception."""
+
+
+def judge_before_training(t: dict, cases: list[dict]) -> None:
+    """What refuses a run before its first step: a held-out question, a reward that scores the same completion twice
+    differently. (A reward that fails or prefers wrong answers is judged after the run, beside TRL's own errors.)"""
+    _judge_questions(t)
+    _judge_stable_rewards(t, cases)
+
+
+def _judge_stable_rewards(t: dict, cases: list[dict]) -> None:
+    """Each reward gave 04's completions the same scores on its two calls: random numbers are refused."""
+    for name, (first, second) in ((t.get("probe") or {}).get("scores") or {}).items():
+        if changed := [(c["label"], a, b) for c, a, b in zip(cases, first, second) if a != b and a == a]:
+            raise CapstoneError(
+                f"your reward {name} gave the same completions different scores on two calls ({len(changed)} of "
+                f"{len(cases)}; 04's '{changed[0][0]}': {changed[0][1]:g}, then {changed[0][2]:g}): it does not judge "
+                "the completion (random numbers?), so its advantages are noise and the run learns nothing. Fix: score "
+                "each completion from its text: the answer compared with `answer` as numbers (notebook 04).")
+
+
+def _judge_reward_cases(t: dict, cases: list[dict]) -> None:
+    """The student's rewards, run before train() on pairs of 04's completions (reward_cases): they ran, the same
+    scores on a second call, and each right one above its twin with a wrong answer."""
+    how = "The checker calls each reward as TRL does, before train(), with answer= (04's gold) and your other columns."
+    probe, total = t.get("probe") or {}, [0.0] * len(cases)
+    if "error" in probe:
+        raise CapstoneError(f"your rewards failed on lesson 04's labelled completions ({probe['error']}). {how} Fix: "
+                            "a reward that takes any completion text (read it with completion[0][\"content\"]) and "
+                            f"the gold answer from `answer`.\n{probe.get('traceback', '')[-1500:]}")
+    _judge_stable_rewards(t, cases)
+    scores = probe.get("scores") or {}
+    for first, weight in zip((f for f, _ in scores.values()), t.get("reward_weights") or [1.0] * len(scores)):
+        total = [x + weight * (s or 0.0) for x, s in zip(total, first)]
+    if sum(gaps := [r - w for r, w in zip(total[::2], total[1::2])]) <= 0:  # right minus its twin (pairs)
+        k = min(range(len(gaps)), key=gaps.__getitem__)
+        raise CapstoneError(
+            f"your rewards ({', '.join(scores)}) do not score right answers above wrong ones: on {len(gaps)} of lesson "
+            "04's completions, each beside its twin with the answer changed to a wrong number (same layout), the "
+            f"right one scores {sum(gaps) / len(gaps):+.3g} more on average (04's '{cases[2 * k]['label']}': "
+            f"{total[2 * k]:g} right, {total[2 * k + 1]:g} wrong). {how} Fix: a correctness reward: the last <answer> "
+            "block compared with `answer` as numbers (1,000 is 1000), worth more than all format rewards (2.0 in 04).")
+
+
+def _synthetic(questions: set[str]) -> set[str]:
+    """Those of the questions helpers.data.make_problem writes (its every draw, level by level, cheap ones first)."""
+    from helpers import data
+
+    found = set()
+    for level in (1, 3, 2) if questions else ():
+        lo, hi = data._RANGES[1 if level == 3 else level]
+        draws = [data._NAMES, data._ITEMS, range(lo, hi + 1), range(lo, hi + 1), *[range(2, 10)] * (level == 3)]
+        found |= {q for op in data.OPERATIONS for combo in itertools.product(*draws)
+                  if (q := data.make_problem(data._Scripted(combo), op, level)["question"]) in questions}
+        if found == questions:
+            break
+    return found
+
+
+def _judge_questions(t: dict) -> None:
+    """No question the script trained on is one of the kit's held-out synthetic questions (helpers.data.split_of)."""
+    from helpers import data
+
+    questions, names = t.get("questions") or [], tuple(f"{n} " for n in data._NAMES)  # a synthetic one's first word
+    if heldout := _synthetic({q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}):
+        raise CapstoneError(
+            f"{sum(q in heldout for q in questions)} of the {len(questions)} questions your script trains on are from "
+            f"the held-out split, the questions the kit evaluates on (e.g. \"{sorted(heldout)[0]}\"): a score on them "
+            "measures memory, not learning. Fix: train on the train split: helpers.data.synthetic_problems(n, "
+            "\"train\") (gsm8k_records(\"train\") on a GPU), and keep \"heldout\" for evaluation.")
+
+
+def _is_grpo(trainer) -> bool:
+    return any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(("trl", "unsloth"))
+               for c in type(trainer).__mro__)
 
 
 def _lora_key(name: str) -> str:

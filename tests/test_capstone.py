@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import capstone
+from helpers import capstone, capstone_watch
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "capstone" / "solution" / "train_grpo.py"
@@ -544,7 +544,7 @@ def test_training_on_held_out_questions_is_refused(tmp_path, fake_trl):
                        '"train")')
     assert any(p["question"] in message for p in synthetic_problems(30, "heldout", levels=(1, 3)))
     other = next(q for i in range(100) if split_of(q := f"Ana bought {i} pies at the fair. How many?") == "heldout")
-    assert capstone._judge_questions({"questions": [other]}) is None
+    assert capstone_watch._judge_questions({"questions": [other]}) is None
 
 
 def test_direction_test_weighs_the_advantage_that_moved_its_way():
