@@ -225,8 +225,8 @@ result = ex.q2.check(make_config)
 # Yours once it passes; until then the config helpers.train builds (pipeline.grpo_config), so the lesson goes on.
 config = (make_config(kit.preset, kit.runtime, str(state.folder.checkpoint_dir), state.save_steps) if result.passed
           else pipeline.grpo_config(state))
-pipeline.check_config(state, config)  # raises, naming the field, if this differs from the preset's config
-why = course.describe_config(kit, config)
+# raises, naming the field, if this differs from the preset's config (pipeline.check_config); then why each field
+why = course.describe_config(state, config)
 result
 
 # %% [markdown]
@@ -263,9 +263,7 @@ print(ex.budget_estimate(classmate).table())  # try your own: ex.budget_estimate
 budget_fix = {**classmate, "gradient_checkpointing": True, "gpu_memory_utilization": {{t4.gpu_memory_utilization}}}
 
 # %%
-result = ex.q3.check(budget_fix)
-if result.passed:
-    print(ex.budget_estimate(budget_fix).table())
+result = ex.q3.check(budget_fix)  # once it fits, the estimate of your fix, part by part
 result
 
 # %% [markdown]

@@ -232,7 +232,8 @@ def test_05_writes_out_every_grpo_config_argument_and_the_trainer():
         assert kit_keys <= written, f"05's GRPOConfig(...) leaves out {kit_keys - written} ({preset})"
     assert _keywords(code, "GRPOTrainer") == {"model", "processing_class", "reward_funcs", "args", "train_dataset",
                                               "callbacks"}
-    assert "pipeline.check_config(state, config)" in code  # the written-out config cannot drift from the preset
+    # the written-out config cannot drift from the preset: describe_config checks it (pipeline.check_config) first
+    assert "course.describe_config(state, config)" in code
 
 
 @pytest.mark.parametrize("path", ALL_LESSONS, ids=_ids(ALL_LESSONS))

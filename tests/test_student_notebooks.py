@@ -10,6 +10,7 @@ exercise.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -392,3 +393,62 @@ def test_every_measured_time_has_its_provenance_and_a_wrong_name_is_refused_with
         builder.fill_placeholders("{{time.capstone_chek}}", "lessons/x.py")
     with pytest.raises(SystemExit, match=r"no time filter 'hours' \(filters: round, min, minutes\)"):
         builder.fill_placeholders("{{time.capstone_check|hours}}", "lessons/x.py")
+
+
+# Issue 44: in the student copy of the T4 lab, the lines a student reads that call the kit are no more than the lines
+# of Unsloth and TRL code. Kit lines: imports from helpers, and calls on the kit's names (the names the issue counted:
+# the setup, the run's steps, the guard, the exercises, the course and sharing helpers; `metrics` since 05 reads
+# read_metrics through it). Unsloth + TRL lines: imports from trl/unsloth and calls on FastLanguageModel, GRPOConfig,
+# GRPOTrainer, trainer. A line that is both (trainer.train(resume_from_checkpoint=pipeline...)) counts as Unsloth/TRL.
+KIT_NAMES = {"pipeline", "course", "kit", "ex", "setup", "sharing", "evaluation", "unsloth_guard", "started",
+             "import_unsloth", "read_metrics", "metrics", "reruns", "DEFAULT_REWARDS"}
+REAL_NAMES = {"FastLanguageModel", "GRPOConfig", "GRPOTrainer", "trainer"}
+
+
+def _call_root(node) -> str:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return getattr(node, "id", "")
+
+
+def kit_and_real_lines(nb) -> tuple[dict, set]:
+    """({(cell, line): text} of kit lines, {(cell, line)} of Unsloth + TRL lines) in a notebook's code cells."""
+    kit, real = {}, set()
+    for c, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        lines = cell.source.splitlines()
+        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                side = {"helpers": "kit", "trl": "real", "unsloth": "real"}.get((module or "").split(".")[0])
+            elif isinstance(node, ast.Call):
+                root = _call_root(node.func)
+                side = "real" if root in REAL_NAMES else "kit" if root in KIT_NAMES else None
+            else:
+                continue
+            for n in range(node.lineno, node.end_lineno + 1):
+                if side == "real":
+                    real.add((c, n))
+                elif side == "kit":
+                    kit[(c, n)] = lines[n - 1].strip()
+    return {k: text for k, text in kit.items() if k not in real}, real
+
+
+def test_kit_lines_in_a_toy_notebook_are_counted_per_line():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from helpers.run import pipeline\nfrom trl import GRPOConfig\n%time x = 1\n"
+        "state = pipeline.start(kit.preset,\n                      options)\nconfig = GRPOConfig(beta=0.0)\n"
+        "trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))\nprint(len([1]))")])
+    kit, real = kit_and_real_lines(nb)
+    assert sorted(n for _, n in kit) == [1, 4, 5] and sorted(n for _, n in real) == [2, 6, 7]
+
+
+def test_the_student_t4_lab_has_no_more_kit_lines_than_unsloth_and_trl_lines():
+    kit, real = kit_and_real_lines(nbformat.read(STUDENT_DIR / "05_train.ipynb", as_version=4))
+    assert len(kit) <= len(real), (
+        f"the student copy of 05 has {len(kit)} lines of kit calls and {len(real)} of Unsloth + TRL code (issue 44: "
+        "no more kit than Unsloth + TRL). Fold what is not the lesson into a call already there, import once per "
+        "package; do not hide calls from this count. The kit lines:\n"
+        + "\n".join(f"  cell {c}: {text}" for (c, _), text in sorted(kit.items())))

@@ -357,8 +357,12 @@ CONFIG_WHY = {
 }
 
 
-def describe_config(kit, config) -> list[tuple[str, object, str]]:
-    """(GRPOConfig field, value, why) for the settings that decide memory and learning; printed as a table."""
+def describe_config(state, config) -> list[tuple[str, object, str]]:
+    """(GRPOConfig field, value, why) for the settings that decide memory and learning; printed as a table, once
+    helpers.run.pipeline.check_config(state, config) has said it is the run's config (it raises, naming the field)."""
+    from helpers.run.pipeline import check_config  # here: pipeline imports the training stack
+
+    check_config(state, config)
     rows = [(name, getattr(config, name, None), text) for name, text in CONFIG_WHY.items()]
     width = max(len(r[0]) for r in rows)
     for name, value, text in rows:

@@ -156,8 +156,7 @@ def _judge_budget(answer):
     if s["num_generations"] != BUDGET_GROUP:
         raise Fail("num_generations", f"num_generations is {s['num_generations']}; the task keeps the group of "
                    f"{BUDGET_GROUP}: a smaller group has zero spread more often (exercise {zero_spread_chance.number}), "
-                   "and a "
-                   "group with no spread teaches nothing. Memory has cheaper levers.")
+                   "and a group with no spread teaches nothing. Memory has cheaper levers.")
     if s["max_completion_length"] < BUDGET_LENGTH:
         raise Fail("max_completion_length", f"max_completion_length is {s['max_completion_length']}; the task keeps "
                    f"{BUDGET_LENGTH}: a shorter cap cuts answers off before </answer>, and a cut answer scores 0 "
@@ -176,6 +175,7 @@ def _judge_budget(answer):
     if not est.fits:
         raise Fail("the budget", f"predicted {est.peak_gb:.2f} GB, over the {est.budget_gb:g} GB budget: "
                                  f"{_over_budget_why(s, est)}.")
+    print(est.table())  # the fix that fits, part by part: the check cell shows it beside the verdict
 
 
 ZERO_SPREAD_CASES = [(0.5, 2), (0.5, 4), (0.2, 8), (0.9, 8), (0.05, 16), (0.0, 4), (1.0, 6), (0.3, 1)]
