@@ -5,7 +5,7 @@ the trained adapter a lesson after 05 uses (locate_adapter: 05's run, a staged f
     save_adapter(model, tokenizer, folder / "adapter")               # megabytes; needs the base model to use
     check_reload(model, tokenizer, folder / "adapter", preset)       # reload it: same greedy answers?
     export_merged(model, tokenizer, folder / "merged", preset)       # one standalone 16-bit model folder
-    export_gguf(model, tokenizer, folder / "gguf")                   # GPU only: the files land in <folder>/gguf_gguf
+    export_gguf(model, tokenizer, folder / "gguf", preset)           # GPU: <folder>/gguf_gguf; CPU: F16 in <folder>/gguf
     push_folder(folder / "merged", "your-name/grpo-math")            # token from Colab secrets or HF_TOKEN
 
 Never overwrites an existing export folder unless overwrite=True. Exports go to this machine's disk, never to
@@ -254,17 +254,22 @@ def gguf_folder(path) -> Path:
     return path.with_name(path.name + "_gguf")
 
 
-def export_gguf(model, tokenizer, path, quantization_method: str = "q4_k_m", overwrite: bool = False) -> Path:
-    """GGUF file(s) (llama.cpp, Ollama, LM Studio) through Unsloth. GPU only. Returns the folder holding them.
+def export_gguf(model, tokenizer, path, settings=None, adapter_path=None, overwrite: bool = False,
+                quantization_method: str = "q4_k_m") -> Path:
+    """GGUF file(s) (llama.cpp, Ollama, LM Studio). Returns the folder holding them. Like export_merged, one call
+    for both paths: given `settings` (the preset), a model without Unsloth goes to export_gguf_cpu (an F16 file).
 
-    Unsloth writes the merged 16-bit model into `path` and the GGUF files into `<path>_gguf`; both are checked
+    GPU (Unsloth): the merged 16-bit model goes into `path` and the GGUF files into `<path>_gguf`; both are checked
     before anything is written, so neither an earlier export nor a user's folder is replaced silently.
     """
     if not hasattr(model, "save_pretrained_gguf"):
+        if settings is not None:
+            return export_gguf_cpu(model, path, settings, adapter_path=adapter_path, overwrite=overwrite)
         raise SharingError(
             "GGUF export goes through Unsloth's save_pretrained_gguf, which this kit uses on the GPU path only "
-            "(the CPU path has a plain transformers + peft model). On the CPU: export_gguf_cpu(...) writes an F16 "
-            "GGUF of the merged model with the gguf package."
+            "(the CPU path has a plain transformers + peft model). On the CPU pass the preset, "
+            "export_gguf(model, tokenizer, path, preset): it writes an F16 GGUF of the merged model with the gguf "
+            "package (export_gguf_cpu)."
         )
     out = gguf_folder(path)
     for folder in (Path(path), out):  # check both before touching either

@@ -58,7 +58,7 @@ OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stoppin
 
 # %%
 from helpers import sharing
-from helpers.model import check_trainer_uses_model_engine, unsloth_guard
+from helpers.model import unsloth_guard
 from helpers.run import checkpoints, dashboard, metrics, pipeline
 from helpers.runtime import import_unsloth
 from helpers.teaching import course, grpo_math, measured_runs
@@ -327,7 +327,6 @@ callbacks = pipeline.kit_callbacks(state)  # memory monitor, metrics.jsonl, chec
 # Yours once it passes; until then the same call in helpers.run.pipeline.build_trainer, so the lesson goes on.
 trainer = (make_trainer(model, tokenizer, reward_funcs, config, train_dataset, callbacks) if result.passed
            else pipeline.build_trainer(state, train_dataset))
-check_trainer_uses_model_engine(trainer, model)  # GPU: samples with the model's vLLM engine + adapter (CPU: no-op)
 print("reward functions:", [f.__name__ for f in reward_funcs])
 print("callbacks:", [type(c).__name__ for c in trainer.callback_handler.callbacks])
 result
@@ -354,14 +353,15 @@ result
 # downloads the run's results and adapter as one zip (`<RUN_DIR name>-run.zip`, no checkpoints) for 06 to upload.
 
 # %%
-# pipeline.training: the dashboard gets the trainer, the kit's TRL patches go in; an OOM prints the cheapest fixes,
-# Ctrl-C (Interrupt) says how to resume, a full disk says what to free
+# pipeline.training: on the GPU it checks that the trainer samples with the model's vLLM engine and adapter; the
+# dashboard gets the trainer, the kit's TRL patches go in; an OOM prints the cheapest fixes, Ctrl-C (Interrupt) says
+# how to resume, a full disk says what to free
 with course.RssSampler(interval=1.0) as rss, pipeline.training(state, trainer):
     if not state.folder.training_done:  # a run stopped during its final evaluation is not trained past MAX_STEPS
         trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))  # None: a fresh start
-summary = pipeline.finish(state, trainer, heldout, before)  # adapter/, evaluation after, plots, summary.json
+# finish: adapter/, evaluation after, plots, summary.json; on Colab without Drive, the run's zip for 06 downloads
+summary = pipeline.finish(state, trainer, heldout, before)
 print(summary)
-sharing.hand_off_run(kit.run_dir)  # Colab without Drive only: downloads the run (results, adapter) as a zip for 06
 
 # %%
 ckpt_root = state.folder.checkpoint_dir  # RUN_DIR/trainer (on Drive too when USE_DRIVE = True)
@@ -463,16 +463,12 @@ result
 
 # %%
 exports = sharing.export_dir(kit.run_dir, to_drive=EXPORT_TO_DRIVE)  # this runtime's disk unless EXPORT_TO_DRIVE
-adapter = state.run_dir / "adapter"                                  # what finish saved
+adapter = state.run_dir / "adapter"  # what finish saved; on the CPU the merges start from it (GPU: the model)
 merged = None
-if EXPORT_MERGED:
-    merged = sharing.export_merged(model, tokenizer, exports / "merged", kit.preset,
-                                   adapter_path=None if kit.on_gpu else adapter, overwrite=OVERWRITE_EXPORTS)
-if EXPORT_GGUF and kit.on_gpu:  # Unsloth writes the merge into gguf/ and the .gguf file into gguf_gguf/
-    print("GGUF:", sharing.export_gguf(model, tokenizer, exports / "gguf", overwrite=OVERWRITE_EXPORTS))
-elif EXPORT_GGUF:
-    print("GGUF:", sharing.export_gguf_cpu(model, exports / "gguf", kit.preset, adapter_path=adapter,
-                                           overwrite=OVERWRITE_EXPORTS))
+if EXPORT_MERGED:  # GPU: Unsloth's save_pretrained_merged; CPU: peft's merge_and_unload
+    merged = sharing.export_merged(model, tokenizer, exports / "merged", kit.preset, adapter, OVERWRITE_EXPORTS)
+if EXPORT_GGUF:  # GPU: Unsloth, the merge in gguf/ and the .gguf in gguf_gguf/; CPU: an F16 .gguf in gguf/
+    print("GGUF:", sharing.export_gguf(model, tokenizer, exports / "gguf", kit.preset, adapter, OVERWRITE_EXPORTS))
 if HUB_REPO:  # private; the token comes from Colab secrets or HF_TOKEN and is never printed
     print("uploaded:", sharing.push_folder(merged or adapter, HUB_REPO))
 if not (EXPORT_MERGED or EXPORT_GGUF or HUB_REPO):

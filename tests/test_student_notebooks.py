@@ -396,12 +396,12 @@ def test_every_measured_time_has_its_provenance_and_a_wrong_name_is_refused_with
 
 
 # Issue 44: in the student copy of the T4 lab, the lines a student reads that call the kit are no more than the lines
-# of Unsloth and TRL code. Kit lines: imports from helpers, and calls on the kit's names (the names the issue counted:
-# the setup, the run's steps, the guard, the exercises, the course and sharing helpers; `metrics` since 05 reads
-# read_metrics through it). Unsloth + TRL lines: imports from trl/unsloth and calls on FastLanguageModel, GRPOConfig,
-# GRPOTrainer, trainer. A line that is both (trainer.train(resume_from_checkpoint=pipeline...)) counts as Unsloth/TRL.
-KIT_NAMES = {"pipeline", "course", "kit", "ex", "setup", "sharing", "evaluation", "unsloth_guard", "started",
-             "import_unsloth", "read_metrics", "metrics", "reruns", "DEFAULT_REWARDS"}
+# of Unsloth and TRL code. Kit lines: imports from helpers, and calls on a kit name: every name the notebook imports
+# from helpers (`from helpers.x import a as b` binds b, `import helpers.x as y` binds y), plus the objects the kit
+# returns that the lesson calls (KIT_OBJECTS: setup.prepare's `kit`, unsloth_guard's `started`). Unsloth + TRL lines:
+# imports from trl/unsloth and calls on FastLanguageModel, GRPOConfig, GRPOTrainer, trainer. A line that is both
+# (trainer.train(resume_from_checkpoint=pipeline...)) counts as Unsloth/TRL.
+KIT_OBJECTS = {"kit", "started"}
 REAL_NAMES = {"FastLanguageModel", "GRPOConfig", "GRPOTrainer", "trainer"}
 
 
@@ -411,21 +411,44 @@ def _call_root(node) -> str:
     return getattr(node, "id", "")
 
 
+def _is_helpers(module: str | None) -> bool:
+    return (module or "").split(".")[0] == "helpers"
+
+
+def _code_trees(nb) -> list:
+    """(cell index, source lines, ast) of each code cell, magics (% and !) blanked."""
+    trees = []
+    for c, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            lines = cell.source.splitlines()
+            trees.append((c, lines, ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line
+                                                        for line in lines))))
+    return trees
+
+
+def kit_names(nb) -> set:
+    """The names a notebook binds by importing from helpers, plus KIT_OBJECTS."""
+    names = set(KIT_OBJECTS)
+    for _, _, tree in _code_trees(nb):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and _is_helpers(node.module):
+                names |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.asname or a.name.split(".")[0] for a in node.names if _is_helpers(a.name)}
+    return names
+
+
 def kit_and_real_lines(nb) -> tuple[dict, set]:
     """({(cell, line): text} of kit lines, {(cell, line)} of Unsloth + TRL lines) in a notebook's code cells."""
-    kit, real = {}, set()
-    for c, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        lines = cell.source.splitlines()
-        tree = ast.parse("\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in lines))
+    kit, real, names = {}, set(), kit_names(nb)
+    for c, lines, tree in _code_trees(nb):
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
                 side = {"helpers": "kit", "trl": "real", "unsloth": "real"}.get((module or "").split(".")[0])
             elif isinstance(node, ast.Call):
                 root = _call_root(node.func)
-                side = "real" if root in REAL_NAMES else "kit" if root in KIT_NAMES else None
+                side = "real" if root in REAL_NAMES else "kit" if root in names else None
             else:
                 continue
             for n in range(node.lineno, node.end_lineno + 1):
@@ -437,12 +460,18 @@ def kit_and_real_lines(nb) -> tuple[dict, set]:
 
 
 def test_kit_lines_in_a_toy_notebook_are_counted_per_line():
+    """Every name imported from helpers counts, whatever it is called; a name from elsewhere does not."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "from helpers.run import pipeline\nfrom trl import GRPOConfig\n%time x = 1\n"
         "state = pipeline.start(kit.preset,\n                      options)\nconfig = GRPOConfig(beta=0.0)\n"
-        "trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))\nprint(len([1]))")])
+        "trainer.train(resume_from_checkpoint=pipeline.resume_checkpoint(state))\nprint(len([1]))"),
+        nbformat.v4.new_code_cell("from helpers.memory import VLLM_WORKSPACE_GB as W\nimport helpers.sharing as sh\n"
+                                  "import json\ny = W * 2\nfolder = sh.export_dir(run)\nguess = max(W, 1)\n"
+                                  "json.dumps({})\nrows = read_metrics(run)")])
+    assert kit_names(nb) == {"pipeline", "W", "sh", "kit", "started"}
     kit, real = kit_and_real_lines(nb)
-    assert sorted(n for _, n in kit) == [1, 4, 5] and sorted(n for _, n in real) == [2, 6, 7]
+    assert sorted(kit) == [(0, 1), (0, 4), (0, 5), (1, 1), (1, 2), (1, 5)]
+    assert sorted(n for _, n in real) == [2, 6, 7]
 
 
 def test_the_student_t4_lab_has_no_more_kit_lines_than_unsloth_and_trl_lines():

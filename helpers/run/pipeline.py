@@ -47,7 +47,7 @@ from helpers.run.reward_specs import RewardError, resolve_rewards, try_rewards, 
 from helpers.run.metrics import AdvantageStats, MetricsRecorder, plot_rewards, read_metrics
 from helpers.run.trl_patches import install_trainer_patches
 from helpers.reuse import write_atomically
-from helpers.sharing import save_adapter
+from helpers.sharing import hand_off_run, save_adapter
 from transformers import TrainerCallback
 
 
@@ -268,7 +268,9 @@ def training(state: RunState, trainer):
     reward watch go in (prepare_trainer); a checkpoint that already reached max_steps (a kill during the final
     evaluation) is restored, and the body skips training (state.folder.training_done); an OOM prints the cheapest
     fixes; Ctrl-C (and SIGTERM or SIGHUP under python -m helpers.train) says how to resume; a full disk becomes a
-    RunDirError with the free space and the fix."""
+    RunDirError with the free space and the fix. First, a trainer the notebook built itself gets build_trainer's
+    check: on the GPU it samples with the model's own vLLM engine and its adapter (a no-op without an engine)."""
+    check_trainer_uses_model_engine(trainer, state.model)
     prepare_trainer(trainer, state.preset, state.options.reward_timeout)
     for hook in extensions.hooks("prepare_trainer"):  # the lab's (lab.step_timing's timer), after the kit's patches
         hook(state, trainer)
@@ -367,14 +369,19 @@ def _save_adapter_beside(model, tokenizer, path: Path) -> Path:
 
 def finish(state: RunState, trainer, heldout, before) -> dict:
     """Step 7: save adapter/, evaluate after, write samples, plots, eval.json and summary.json. A full disk on the
-    way is the kit's message (the free space, the checkpoints kept, the fix), not a library's traceback."""
+    way is the kit's message (the free space, the checkpoints kept, the fix), not a library's traceback. Then, in a
+    notebook on Colab without Drive, the run goes to the student's computer as one zip for 06 (sharing.hand_off_run;
+    nothing elsewhere, nor under python -m helpers.train, whose process cannot start a browser download)."""
     try:
-        return _finish(state, trainer, heldout, before)
+        summary = _finish(state, trainer, heldout, before)
     except Exception as err:  # noqa: BLE001 - only a full disk is turned into the kit's message; the rest re-raised
         if not ck.disk_full(err):
             raise
         raise _disk_full_error(state, getattr(err, "filename", None) or f"the results in {state.run_dir}",
                                trainer.state.global_step, err) from err
+    if state.dist.is_main and rt.in_notebook():
+        hand_off_run(state.run_dir)
+    return summary
 
 
 def _finish(state: RunState, trainer, heldout, before) -> dict:
