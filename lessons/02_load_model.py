@@ -55,7 +55,6 @@ EVAL_MAX_NEW_TOKENS = None    # tokens per answer when evaluating
 # %%
 from helpers.teaching import course
 from helpers.model import prepare_embedded_model, unsloth_guard
-from helpers.runtime import import_unsloth
 
 p = kit.preset
 memory = [course.memory_snapshot("before loading")]

@@ -60,7 +60,6 @@ OVERWRITE_EXPORTS = False     # True: replace earlier exports instead of stoppin
 from helpers import sharing
 from helpers.model import unsloth_guard
 from helpers.run import checkpoints, dashboard, metrics, pipeline
-from helpers.runtime import import_unsloth
 from helpers.teaching import course, grpo_math, measured_runs
 
 course.print_preset(kit.preset)

@@ -1,5 +1,5 @@
 if kit.on_gpu:
-    FastLanguageModel = import_unsloth().FastLanguageModel  # Unsloth first: it patches transformers and TRL
+    from unsloth import FastLanguageModel  # before TRL: it patches transformers and TRL (the setup cell imported it)
     with unsloth_guard(p, kit.runtime) as started:        # the kit: one vLLM engine per process, an OOM explained
         model, tokenizer = FastLanguageModel.from_pretrained(
             model_name=p.model_name,                          # the preset's Hub checkpoint
