@@ -208,3 +208,44 @@ def test_a_run_without_evaluation_skips_both_and_says_so(tmp_path, monkeypatch, 
     assert "--no-evaluate" in capsys.readouterr().out
     assert train.main(["--run-dir", str(tmp_path / "r"), "--no-evaluate", "--pass-k-samples", "2"]) == 2
     assert "--pass-k-samples 2 with --no-evaluate: pass@k is part of the evaluation" in capsys.readouterr().err
+
+
+def test_training_refuses_a_trainer_that_does_not_sample_with_the_models_engine(monkeypatch):
+    """05 builds its own GRPOTrainer: pipeline.training checks it before anything trains (what build_trainer does for
+    python -m helpers.train), so a trainer without the model's vLLM engine stops with the fix; the CPU model (no
+    engine) passes through."""
+    from helpers.model import ModelSetupError
+
+    prepared = []
+    monkeypatch.setattr(pipeline, "prepare_trainer", lambda trainer, *a: prepared.append(trainer))
+    state = types.SimpleNamespace(model=types.SimpleNamespace(vllm_engine=object()), preset=get_preset("cpu"),
+                                  options=pipeline.RunOptions(), folder=types.SimpleNamespace(training_done=False),
+                                  gpu=None)
+    trainer = types.SimpleNamespace(vllm_generation=None)
+    with pytest.raises(ModelSetupError, match="has no vLLM engine"):
+        with pipeline.training(state, trainer):
+            pytest.fail("trained with a trainer that does not sample with the model's engine")
+    assert prepared == []
+    state.model = types.SimpleNamespace()  # the cpu backend's model: no engine, nothing to check
+    ran = []
+    with pipeline.training(state, trainer):
+        ran.append(True)
+    assert ran == [True] and prepared == [trainer]
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_finish_hands_the_run_off_in_a_notebook_on_colab_without_drive(kernel, monkeypatch, tmp_path, capsys):
+    """05's finish on Colab with the run on the runtime's disk: the run's zip for 06 (sharing.hand_off_run) is written
+    and its download offered; under python -m helpers.train (no kernel to download through) nothing is."""
+    from helpers import runtime as rt
+
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "test")
+    monkeypatch.setattr(rt, "in_notebook", lambda: kernel)
+    monkeypatch.setattr(pipeline, "_finish", lambda *a: {"status": "finished"})
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text("{}")
+    state = types.SimpleNamespace(run_dir=run_dir, dist=types.SimpleNamespace(is_main=True))
+    assert pipeline.finish(state, None, [], None) == {"status": "finished"}
+    assert (tmp_path / "run-run.zip").is_file() is kernel
+    assert ("run-run.zip" in capsys.readouterr().out) is kernel

@@ -109,6 +109,20 @@ def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained
     assert [p.name for p in folder.glob("*.gguf")] == [file.name]
 
 
+def test_export_gguf_given_the_preset_writes_the_cpu_file_on_the_cpu(trained, tmp_path):
+    """One call for both paths, as export_merged (05's export cell): a model without Unsloth, given the preset, gets
+    export_gguf_cpu's F16 file byte for byte, merged from the adapter folder when one is given; never over an export."""
+    model, tokenizer = trained
+    [direct] = sharing.export_gguf_cpu(model, tmp_path / "direct", PRESET).glob("*.gguf")
+    [via] = sharing.export_gguf(model, tokenizer, tmp_path / "gguf", PRESET).glob("*.gguf")
+    assert via.name == direct.name and via.read_bytes() == direct.read_bytes()
+    adapter = sharing.save_adapter(model, tokenizer, tmp_path / "adapter")
+    [from_adapter] = sharing.export_gguf(model, tokenizer, tmp_path / "from_adapter", PRESET, adapter).glob("*.gguf")
+    assert from_adapter.read_bytes() == direct.read_bytes()
+    with pytest.raises(sharing.SharingError, match="already exists"):
+        sharing.export_gguf(model, tokenizer, tmp_path / "gguf", PRESET)
+
+
 def test_a_folder_holding_files_is_replaced_only_when_asked(tmp_path, capsys):
     """06 saves its final adapter into sharing.fresh_folder: what a user put there is never deleted silently."""
     target = tmp_path / "final_adapter"
