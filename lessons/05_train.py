@@ -15,7 +15,7 @@
 # - Save checkpoints (locally or on Google Drive) and resume an interrupted run.
 # - Know what the run folder holds (05 saves it; 06 reads it), and export the trained model when you ask for it.
 #
-# **Expected time on a free Colab T4:** the GPU-stack install and restart (not timed), then about 48-97 min for {{t4.max_steps}} steps plus a few minutes of loading and evaluation (an estimate scaled from Unsloth's logged T4 run, derived in docs/instructor-guide.md; not measured). On a CPU with the embedded model (`PRESET = "cpu"`): 7 min 22 s (441.8 s) for the preset's {{cpu.max_steps}} steps and both evaluations, measured for the same job, `python -m helpers.train --preset cpu`, on the 2-core development machine, 2026-11-23 (lab/docs/performance.md; machines of the same kind differ by up to 3.5x). The 26.5 s in the README is CI's 2-step settings, the mechanics only.
+# **Expected time on a free Colab T4:** the GPU-stack install and restart (not timed), then about 48-97 min for {{t4.max_steps}} steps plus a few minutes of loading and evaluation (an estimate scaled from Unsloth's logged T4 run, derived in docs/instructor-guide.md; not measured). On a CPU with the embedded model (`PRESET = "cpu"`): {{time.cpu_preset_run|min}} ({{time.cpu_preset_run}}) for the preset's {{cpu.max_steps}} steps and both evaluations, measured for the same job, `python -m helpers.train --preset cpu`, on the 2-core development machine, 2026-11-23 (lab/docs/performance.md; machines of the same kind differ by up to 3.5x). The {{time.ci_nb05}} in the README is CI's 2-step settings, the mechanics only.
 #
 # Run the cells from top to bottom. The first code cell holds the parameters, the second is the setup cell (the same in every notebook).
 
