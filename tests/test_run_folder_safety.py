@@ -351,7 +351,7 @@ def test_train_restores_a_finished_checkpoint_instead_of_training(tmp_path, monk
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 2,
                                                          "log_history": [{"step": 2, "loss": 0.1}]}))
     trainer = types.SimpleNamespace(model=tiny(), state=None, train=lambda **k: pytest.fail("trained again"))
-    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(),
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(), model=None,
                                   folder=fo.RunFolder(tmp_path, tmp_path / "trainer",
                                                                    ck.list_checkpoints(tmp_path / "trainer")[0],
                                                                    continuing=True, training_done=True))
@@ -530,9 +530,10 @@ def test_a_checkpoint_without_an_adapter_at_max_steps_is_the_kits_error_not_a_tr
     ckpt = make_checkpoint(tmp_path / "trainer", 2)
     (ckpt / "adapter_model.safetensors").unlink(missing_ok=True)
     trainer = types.SimpleNamespace(model=None, state=None, train=lambda **k: pytest.fail("trained again"))
-    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(), folder=fo.RunFolder(
-        tmp_path, tmp_path / "trainer", ck.list_checkpoints(tmp_path / "trainer")[0], continuing=True,
-        training_done=True))
+    state = types.SimpleNamespace(preset=get_preset("cpu"), gpu="t4", options=RunOptions(), model=None,
+                                  folder=fo.RunFolder(tmp_path, tmp_path / "trainer",
+                                                      ck.list_checkpoints(tmp_path / "trainer")[0], continuing=True,
+                                                      training_done=True))
     monkeypatch.setattr(pipeline, "prepare_trainer", lambda *a: None)
     with pytest.raises(RunDirError, match="adapter_model.safetensors"):
         pipeline.train(state, trainer)
