@@ -131,6 +131,18 @@ def with_load_dtype(load_kwargs, dtype):
     return wrapper
 
 
+def with_default_dtype(from_pretrained, dtype):
+    """Unsloth's FastLanguageModel.from_pretrained with `dtype` unless the caller gives one: lesson 05's load cell
+    (lessons/unsloth_load.py) calls it itself, not through helpers.model.unsloth_load_kwargs."""
+
+    @functools.wraps(from_pretrained)
+    def wrapper(*args, **kwargs):
+        kwargs.setdefault("dtype", dtype)
+        return from_pretrained(*args, **kwargs)
+
+    return wrapper
+
+
 def with_emulated_engine(init, emulated: EmulatedGPU, card_gib: float, passed: dict):
     """vllm.LLM.__init__ for an engine on the emulated card: the attention backend that card gets, and Unsloth's
     gpu_memory_utilization (a fraction of the card Unsloth saw, the emulated one) as a fraction of this card, so
@@ -159,7 +171,8 @@ def emulated_card(emulated: EmulatedGPU | None, card_gib: float, passed: dict):
       (unsloth_zoo.vllm_utils.get_mem_info): it gets the emulated card's answer.
     - vLLM reserves a fraction of the real card: Unsloth's fraction is converted to the same GiB, and a card without
       bf16 gets the attention backend vLLM picks there (with_emulated_engine).
-    - Unsloth's from_pretrained gets fp16 on a card without bf16 (with_load_dtype).
+    - Unsloth's from_pretrained gets fp16 on a card without bf16: the kit's load arguments (with_load_dtype) and,
+      once Unsloth is imported (install_in_kernel imports it first), any direct call, lesson 05's (with_default_dtype).
     Everything is put back on exit; the engine keeps what it was built with.
     """
     if emulated is None:
@@ -171,6 +184,10 @@ def emulated_card(emulated: EmulatedGPU | None, card_gib: float, passed: dict):
         if not emulated.bf16:
             stack.enter_context(mock.patch.object(kit_model, "unsloth_load_kwargs",
                                                   with_load_dtype(kit_model.unsloth_load_kwargs, torch.float16)))
+            if (unsloth := sys.modules.get("unsloth")) is not None:  # never imported here: Unsloth must precede TRL
+                loader = unsloth.FastLanguageModel
+                stack.enter_context(mock.patch.object(loader, "from_pretrained",
+                                                      with_default_dtype(loader.from_pretrained, torch.float16)))
         if (vllm_utils := imported("unsloth_zoo.vllm_utils")) is not None:
             stack.enter_context(mock.patch.object(vllm_utils, "get_mem_info",
                                                   emulated_mem_info(emulated, torch.cuda.mem_get_info)))

@@ -42,6 +42,32 @@ class _FakeLLM:
         self.kwargs = dict(model=model, **kwargs)
 
 
+def test_a_lessons_own_unsloth_load_gets_fp16_on_an_emulated_t4_and_the_loader_is_put_back(monkeypatch):
+    """Lesson 05 calls FastLanguageModel.from_pretrained itself (lessons/unsloth_load.py): on a bf16 card emulating a
+    T4 it must load in fp16 as a T4 would (TRL's fp16 config beside a bf16 model is refused by Unsloth); a dtype the
+    caller gives is kept; outside the emulation, Unsloth's own staticmethod again."""
+    import sys
+    import types
+
+    import torch
+
+    class FastLanguageModel:
+        @staticmethod
+        def from_pretrained(model_name=None, **kwargs):
+            return dict(model_name=model_name, **kwargs)
+
+    unsloth = types.ModuleType("unsloth")
+    unsloth.FastLanguageModel = FastLanguageModel
+    monkeypatch.setitem(sys.modules, "unsloth", unsloth)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (int(70 * GIB), int(H100_GIB * GIB)))
+    original = FastLanguageModel.__dict__["from_pretrained"]
+    with ge.emulated_card(ge.EMULATED["t4"], H100_GIB, {}):
+        assert FastLanguageModel.from_pretrained(model_name="m", load_in_4bit=True)["dtype"] is torch.float16
+        assert FastLanguageModel.from_pretrained(model_name="m", dtype=torch.bfloat16)["dtype"] is torch.bfloat16
+    assert FastLanguageModel.__dict__["from_pretrained"] is original
+    assert "dtype" not in FastLanguageModel.from_pretrained(model_name="m")
+
+
 def test_the_engine_gets_the_t4_backend_and_the_same_gib_of_this_card():
     passed = {}
     init = ge.with_emulated_engine(_FakeLLM.__init__, ge.EMULATED["t4"], H100_GIB, passed)
