@@ -465,9 +465,11 @@ exports = sharing.export_dir(kit.run_dir, to_drive=EXPORT_TO_DRIVE)  # this runt
 adapter = state.run_dir / "adapter"  # what finish saved; on the CPU the merges start from it (GPU: the model)
 merged = None
 if EXPORT_MERGED:  # GPU: Unsloth's save_pretrained_merged; CPU: peft's merge_and_unload
-    merged = sharing.export_merged(model, tokenizer, exports / "merged", kit.preset, adapter, OVERWRITE_EXPORTS)
+    merged = sharing.export_merged(model, tokenizer, exports / "merged", kit.preset, adapter,
+                                   overwrite=OVERWRITE_EXPORTS)
 if EXPORT_GGUF:  # GPU: Unsloth, the merge in gguf/ and the .gguf in gguf_gguf/; CPU: an F16 .gguf in gguf/
-    print("GGUF:", sharing.export_gguf(model, tokenizer, exports / "gguf", kit.preset, adapter, OVERWRITE_EXPORTS))
+    gguf = sharing.export_gguf(model, tokenizer, exports / "gguf", kit.preset, adapter, overwrite=OVERWRITE_EXPORTS)
+    print("GGUF:", gguf)
 if HUB_REPO:  # private; the token comes from Colab secrets or HF_TOKEN and is never printed
     print("uploaded:", sharing.push_folder(merged or adapter, HUB_REPO))
 if not (EXPORT_MERGED or EXPORT_GGUF or HUB_REPO):
