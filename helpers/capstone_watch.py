@@ -2,9 +2,9 @@
 `_bootstrap`): the steps the student's own trainer.train() runs, counted by a TrainerCallback only this module holds,
 the LoRA B matrices before and after them, the reward functions' origin, each batch TRL scores, the training
 questions, the rewards run on lesson 04's completions before train() (a run that breaks a rule then is stopped
-there), and every use of the kit's pipeline however it
-is reached (an import by any mechanism, its source read or exec'd, a Python subprocess), noted and stopped. The
-script could write this report: helpers.capstone judges the saved adapter itself, after the script ended."""
+there), and every use of the kit's pipeline however it is reached (an import by any mechanism, its source read or
+exec'd, a Python subprocess), noted and stopped. The script could write this report: helpers.capstone judges the
+saved adapter itself, after the script ended."""
 
 from __future__ import annotations
 

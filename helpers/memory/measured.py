@@ -6,11 +6,9 @@ table (lab/benchmark_memory.py table) and its tests read them here. The course r
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from pathlib import Path
-
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from helpers.config import get_preset
 from helpers.memory.estimate import CUDA_CONTEXT_GB, estimate, settings_from_preset

@@ -44,7 +44,7 @@ def loop_reruns(changes: list[dict], seed: int = SEED, reuse: bool = True, steps
 def _run(change: dict, seed: int) -> dict:
     from helpers.teaching.exercises.nb08 import loop_run
 
-    return loop_run(seed, {"steps": STEPS, **change})  # a change names its steps (loop_reruns adds them)
+    return loop_run(seed, change)  # the change names its steps: loop_reruns adds them
 
 
 def _rerun_path(key: dict) -> Path:
