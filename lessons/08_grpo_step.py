@@ -373,12 +373,15 @@ plt.show()
 from helpers.data import heldout_questions
 from helpers.evaluation import evaluate
 
-heldout = heldout_questions(p, n=EVAL_SIZE or loop["heldout"])
-after = evaluate(model, tokenizer, heldout, p)
-with model.disable_adapter():
-    before = evaluate(model, tokenizer, heldout, p)
-for name, r in (("base model (the control)", before), ("after your loop", after)):
-    print(f"{name:<26} format {r['format_rate']:.0%}, accuracy {r['accuracy']:.0%} ({r['n']} held-out questions)")
+if not result.curve:  # 8.2 not passed yet: the adapter holds section 5's step only, nothing of a loop to score
+    print("the held-out questions are scored once your grpo_train (8.2) passes its check")
+else:
+    heldout = heldout_questions(p, n=EVAL_SIZE or loop["heldout"])
+    after = evaluate(model, tokenizer, heldout, p)
+    with model.disable_adapter():
+        before = evaluate(model, tokenizer, heldout, p)
+    for name, r in (("base model (the control)", before), ("after your loop", after)):
+        print(f"{name:<26} format {r['format_rate']:.0%}, accuracy {r['accuracy']:.0%} ({r['n']} held-out questions)")
 
 # %% [markdown]
 # ## Recap

@@ -16,9 +16,8 @@ STUDENT_SCRIPTS = ROOT / "tests" / "capstone_scripts"
 # Scripts written as students would (each file's docstring says what it does), and the verdict each must get: passed,
 # or refused with the phrases that name the mistake and the fix.
 VERDICTS = {
-    "beta_004.py": (True, ["of the advantage moved its way"]),
     "dr_grpo_accumulation.py": (True, ["mean reward on the 2 steps that sampled"]),
-    "subclass_in_main.py": (True, ["correctness, formatting"]),
+    "subclass_in_main.py": (True, ["correctness, formatting", "of the advantage moved its way"]),
     "forged_record.py": (False, ["the saved adapter does not move the run's completions the way their advantages say",
                                  "the most the same weights shuffled get", "Fix: save the model GRPOTrainer trained"]),
     "random_reward.py": (False, ["your reward tags gave the same completions different scores on two calls",

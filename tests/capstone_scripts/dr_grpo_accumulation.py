@@ -42,7 +42,7 @@ def tags(completions, **kwargs):
 
 
 config = GRPOConfig(output_dir=args.output_dir, max_steps=args.max_steps, logging_steps=1, report_to="none",
-                    save_strategy="no", num_generations=4, per_device_train_batch_size=4, max_completion_length=48,
+                    save_strategy="no", num_generations=4, per_device_train_batch_size=4, max_completion_length=32,
                     learning_rate=2.5e-4, num_iterations=1, beta=0.0, loss_type="dr_grpo",
                     gradient_accumulation_steps=2, use_cpu=True, bf16=False)
 patch_trl_for_cpu()
