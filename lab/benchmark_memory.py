@@ -6,7 +6,7 @@
     python lab/benchmark_memory.py kit --preset t4 --emulate-gpu t4 --random-weights --tokenizer DIR
     # the CPU demo's embedded model on a GPU: seconds per step, and whether it learns as on CPU
     python lab/benchmark_memory.py kit --preset cpu --device cuda --evaluate
-    # the recorded results as the markdown table in docs/memory.md (CPU is enough)
+    # the recorded results as the markdown table in lab/docs/gpu-memory.md (CPU is enough)
     python lab/benchmark_memory.py table results/gpu/*.json
 
 `kit` runs the kit's own steps (helpers.run.pipeline, as `python -m helpers.train` and notebook 05 do: start,
@@ -19,7 +19,7 @@ sized, CUDA graph memory, start times, from its log), and the library versions, 
 helpers.memory.estimate predicts for the same settings. --standby turns Unsloth's vLLM standby on;
 --override '{"vllm_enforce_eager": true}' starts vLLM without compilation or CUDA graphs. --json F gets the record
 whatever happens (refused, failed, OOM, stopped by a time limit's SIGINT): its status names the outcome, the step and
-the error, and it keeps the output's lines so far and every VLLM_*/UNSLOTH_* variable (docs/memory.md).
+the error, and it keeps the output's lines so far and every VLLM_*/UNSLOTH_* variable (lab/docs/gpu-memory.md).
 
 --emulate-gpu t4 makes a bigger card behave like a T4 (emulated_card): the kit's steps are told they run on a T4
 (fp16 training, its memory), PyTorch is capped at 14.56 GiB (torch.cuda.set_per_process_memory_fraction), Unsloth
@@ -803,7 +803,7 @@ def format_table(records: list[dict]) -> str:
 
 
 def write_table(paths, targets) -> str:
-    """Put the generated table between the markers in each target file (docs/memory.md)."""
+    """Put the generated table between the markers in each target file (lab/docs/gpu-memory.md)."""
     table = format_table(load_records(paths))
     for target in targets:
         text = Path(target).read_text()
@@ -845,9 +845,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                      help="pad prompts to max_prompt_length (the worst case; default on)")
     kit.add_argument("--json", type=Path, help="append the record to this JSON list, whatever the outcome (refused, "
                                                  "failed, OOM, stopped by SIGINT/SIGTERM: its status says which)")
-    table = sub.add_parser("table", help="write the markdown table of recorded results into docs/memory.md")
+    table = sub.add_parser("table", help="write the markdown table of recorded results into lab/docs/gpu-memory.md")
     table.add_argument("paths", nargs="*", type=Path, help="result files (default: results/gpu/*.json)")
-    table.add_argument("--targets", nargs="*", type=Path, default=[ROOT / "docs" / "memory.md"])
+    table.add_argument("--targets", nargs="*", type=Path, default=[ROOT / "lab" / "docs" / "gpu-memory.md"])
     table.add_argument("--print", action="store_true", help="print the table instead of writing it")
     args = ap.parse_args(argv)
     args.argv = argv

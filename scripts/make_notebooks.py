@@ -207,18 +207,16 @@ def registry_text(found: dict) -> str:
 
 
 def answer_key(found: dict) -> str:
-    """The instructor guide's table of the self-checked exercises, each solution folded below it."""
+    """The instructor guide's table of the self-checked exercises. The solutions stay in one home, the lessons'
+    solution cells (the instructor notebooks, and `ex.qN.solution()` in either copy): the guide does not repeat them."""
     rows = ["| exercise | notebook | check | the task |", "| --- | --- | --- | --- |"]
-    folds = []
     for lesson in found.values():
         for e in lesson["exercises"]:
             nb = lesson["notebook"]
             check = f"`ex.{e['qid']}` (`{e['name']}`)" if nb[:2] != "09" else f"`capstone.check` (`{e['name']}.py`)"
             task = e["task"].replace("*", "\\*")  # **kwargs is not bold
             rows.append(f"| {e['number']} | [{nb}](../notebooks/{nb}.ipynb) | {check} | {task} |")
-            folds.append(f"<details><summary>{e['number']}: {e['name']}</summary>\n\n```python\n{e['solution']}\n"
-                         "```\n\n</details>")
-    return "\n".join([KEY_BEGIN, *rows, "", *folds, KEY_END])
+    return "\n".join([KEY_BEGIN, *rows, KEY_END])
 
 
 def with_answer_key(guide: str, found: dict) -> str:

@@ -300,7 +300,7 @@ def test_run_all_on_a_blank_student_copy_reaches_the_end(path, student_run_dir):
 # cannot import the presets), 05's recipe answer (the learning rate the measured runs used), a line that reports a
 # measurement, docs/memory.md and docs/gpu-stack.md (that model measured on a GPU, the stack it ran on) and the lab's
 # record of measured runs.
-_RECORDS = ("docs/memory.md", "docs/gpu-stack.md", "lab/docs/performance.md")
+_RECORDS = ("docs/memory.md", "docs/gpu-stack.md", "lab/docs/performance.md", "lab/docs/gpu-memory.md")
 
 
 def test_a_changed_t4_model_and_cpu_learning_rate_reach_every_lesson_readme_and_doc(tmp_path, monkeypatch):

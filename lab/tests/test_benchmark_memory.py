@@ -2,7 +2,7 @@
 
 The measuring itself needs a CUDA GPU; what is checked here on CPU: the recorded results hold what an instructor
 needs to trust them, the memory model stays within 15% of every calibrated measurement, the generated tables in
-docs/memory.md matches the records, and the emulation arithmetic and prompt padding are right.
+lab/docs/gpu-memory.md matches the records, and the emulation arithmetic and prompt padding are right.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from lab import benchmark_memory as bm
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = sorted((ROOT / "results" / "gpu").glob("*.json"))
 
-# (preset, row) pairs measured but outside the model's calibrated range, each explained in docs/memory.md.
+# (preset, row) pairs measured but outside the model's calibrated range, each explained in lab/docs/gpu-memory.md.
 UNCALIBRATED = {("cpu", "peak (reserved)")}
 
 
@@ -69,7 +69,7 @@ def test_uncalibrated_points_are_still_outside_15_percent():
         assert all(abs(row["error"]) > 0.15 for row in rows), "now calibrated: drop it from UNCALIBRATED"
 
 
-@pytest.mark.parametrize("doc", ["docs/memory.md"])
+@pytest.mark.parametrize("doc", ["lab/docs/gpu-memory.md"])
 def test_generated_tables_match_the_records(doc):
     text = (ROOT / doc).read_text()
     inside = text.split(bm.TABLE_BEGIN, 1)[1].split(bm.TABLE_END, 1)[0].strip()
