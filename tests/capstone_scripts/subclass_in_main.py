@@ -1,7 +1,7 @@
 """A student's script written as a program: everything inside main(), the rewards nested in it, a GRPOTrainer
-subclass that logs the mean reward its own way, loss_type="grpo" with steps_per_generation=2 (each sampled batch
-split over two steps), and lesson 05's KL penalty, beta=0.04 (TRL then keeps a frozen `ref` copy of the adapter
-beside the trained one). Expected: passed."""
+subclass that logs the mean reward its own way; loss_type="dr_grpo" with two micro-batches of 4 completions
+accumulated per step (TRL then samples once per step: steps_per_generation = 2), and lesson 05's KL penalty,
+beta=0.04 (TRL then keeps a frozen `ref` copy of the adapter beside the trained one). Expected: passed."""
 import argparse
 import re
 
@@ -52,9 +52,9 @@ def main():
                 for c in completions]
 
     config = GRPOConfig(output_dir=args.output_dir, max_steps=args.max_steps, logging_steps=1, report_to="none",
-                        save_strategy="no", num_generations=8, per_device_train_batch_size=4, steps_per_generation=2,
-                        max_completion_length=64, learning_rate=2.5e-4, loss_type="grpo", beta=0.04, use_cpu=True,
-                        bf16=False)
+                        save_strategy="no", num_generations=4, per_device_train_batch_size=4,
+                        gradient_accumulation_steps=2, max_completion_length=32, learning_rate=2.5e-4,
+                        loss_type="dr_grpo", beta=0.04, use_cpu=True, bf16=False)
     patch_trl_for_cpu()
     trainer = LoudTrainer(model=model, processing_class=tokenizer, reward_funcs=[correctness, formatting],
                           args=config, train_dataset=dataset)
