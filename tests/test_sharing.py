@@ -34,6 +34,13 @@ def trained():
     return model, tokenizer
 
 
+@pytest.fixture(scope="module")
+def cpu_gguf(trained, tmp_path_factory):
+    """export_gguf_cpu's file for `trained`, written once for the two tests that read it (an export takes seconds)."""
+    [file] = sharing.export_gguf_cpu(trained[0], tmp_path_factory.mktemp("gguf") / "gguf", PRESET).glob("*.gguf")
+    return file
+
+
 def test_adapter_round_trip_gives_identical_greedy_answers(trained, tmp_path):
     model, tokenizer = trained
     path = sharing.save_adapter(model, tokenizer, tmp_path / "adapter")
@@ -72,7 +79,7 @@ def test_gguf_on_cpu_says_where_it_works(trained, tmp_path):
     assert not (tmp_path / "gguf").exists()
 
 
-def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained, tmp_path):
+def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained, cpu_gguf):
     """export_gguf_cpu writes the merge with the gguf package: transformers' GGUF loader gives back exactly the merged
     weights (matrices rounded to F16, norms F32), so the file computes the merged model's logits and answers; the
     tokenizer and chat template are the embedded model's own GGUF metadata, unchanged."""
@@ -82,8 +89,7 @@ def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained
     from helpers.model import embedded_gguf_path
 
     model, tokenizer = trained
-    folder = sharing.export_gguf_cpu(model, tmp_path / "gguf", PRESET)
-    [file] = folder.glob("*.gguf")
+    file, folder = cpu_gguf, cpu_gguf.parent
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file.name)  # plain transformers, dequantized
     merged = copy.deepcopy(model).merge_and_unload().float()
     expected = {n: (t.half().float() if t.ndim == 2 else t) for n, t in merged.state_dict().items()}
@@ -109,11 +115,11 @@ def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained
     assert [p.name for p in folder.glob("*.gguf")] == [file.name]
 
 
-def test_export_gguf_given_the_preset_writes_the_cpu_file_on_the_cpu(trained, tmp_path):
+def test_export_gguf_given_the_preset_writes_the_cpu_file_on_the_cpu(trained, cpu_gguf, tmp_path):
     """One call for both paths, as export_merged (05's export cell): a model without Unsloth, given the preset, gets
     export_gguf_cpu's F16 file byte for byte, merged from the adapter folder when one is given; never over an export."""
     model, tokenizer = trained
-    [direct] = sharing.export_gguf_cpu(model, tmp_path / "direct", PRESET).glob("*.gguf")
+    direct = cpu_gguf  # export_gguf_cpu's own file
     [via] = sharing.export_gguf(model, tokenizer, tmp_path / "gguf", PRESET).glob("*.gguf")
     assert via.name == direct.name and via.read_bytes() == direct.read_bytes()
     adapter = sharing.save_adapter(model, tokenizer, tmp_path / "adapter")
