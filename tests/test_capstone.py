@@ -547,6 +547,24 @@ def test_training_on_held_out_questions_is_refused(tmp_path, fake_trl):
     assert capstone_watch._judge_questions({"questions": [other]}) is None
 
 
+def test_training_on_gsm8k_test_questions_is_refused_after_the_run(tmp_path, fake_trl, monkeypatch):
+    """GSM8K's test split is a GPU run's held-out set: a script that trains on it is refused by the checker after the
+    run (here on the kit's 20 shipped test rows, the Hub out of reach); the train split passes."""
+    from helpers import data
+
+    monkeypatch.setattr(data, "_hub_unreachable", lambda timeout_s: "offline: not asked in tests")
+    train, test = ([r["question"] for r in data.gsm8k_sample(split)] for split in ("train", "test"))
+    script = GOOD.replace("GRPOTrainer(model=model,", "GRPOTrainer(train_dataset=[{'prompt': [{'role': 'user', "
+                          "'content': r['question']}], 'answer': '1'} for r in gsm8k_sample(SPLIT)], model=model,")
+    script = script.replace("from trl import", "from helpers.data import gsm8k_sample\nfrom trl import")
+    message = _not_yet(capstone.check(_script(tmp_path, script.replace("SPLIT", "'test'"))), "20 of the 20 questions "
+                       "your script trains on are from GSM8K's test split", 'Fix: train on the train split')
+    assert any(q[:90] in message for q in test)
+    with pytest.raises(capstone.CapstoneError, match="2 of the 42 questions"):
+        capstone._judge_gsm8k_questions({"questions": train + test[:2]})
+    assert capstone._judge_gsm8k_questions({"questions": train}) is None
+
+
 def test_direction_test_weighs_the_advantage_that_moved_its_way():
     """A group's advantages sum to 0: everything moved down (what noise does to the base model's own samples) is
     half the advantage; GRPO's move, the above-mean completions up and the others down, is all of it."""
