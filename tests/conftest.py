@@ -6,6 +6,21 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 
+# The modules that take the most time (real GRPO steps, whole notebooks), longest first: pytest-xdist hands them out
+# first (pyproject's --no-loadscope-reorder keeps this order), so the short modules fill in at the end and the two
+# workers finish together. Per-module times, both workers summed: lab/docs/performance.md (2026-11-29). Order only.
+LONGEST_FIRST = ("tests/test_notebooks.py", "tests/test_student_notebooks.py", "tests/test_capstone_scripts.py",
+                 "tests/test_grpo_step.py", "tests/test_resume.py", "tests/test_browser_widgets.py",
+                 "tests/test_sharing.py", "tests/test_train.py", "tests/test_cpu_decode.py",
+                 "tests/test_training_health.py", "lab/tests/test_scale_out.py", "tests/test_capstone.py",
+                 "lab/tests/test_benchmark_memory.py", "tests/test_reward_specs.py", "tests/test_cpu_generation.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long modules first, each module's tests in their own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest as collected
+
 
 @pytest.fixture(autouse=True)
 def _no_extension_left():
