@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import io
 import json
 import math
@@ -36,7 +35,7 @@ from types import SimpleNamespace
 
 from helpers import data
 from helpers.capstone_watch import (  # noqa: F401 - KIT, HELPERS, ALLOWED, kit_module: the checker's names too
-    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, CapstoneError, StoppedEarly, _allowed, _judge_questions,
+    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, CapstoneError, StoppedEarly, _allowed, _judge_gsm8k_questions, _judge_questions,
     _judge_reward_cases, _library_file, _lora_key, _named_modules, _origin, judge_before_training, kit_module,
     reward_cases)
 from helpers.messages import say
@@ -465,26 +464,6 @@ def _judge_adapter(t: dict, out: Path, tmp: Path) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------- measured by the checker
 # What the script's process reported is a trip-wire: the script can write it. The verdict rests on what this process
 # measures after the script ended: the saved adapter on its base model, the rewards on 04's labelled completions.
-
-def _judge_gsm8k_questions(t: dict) -> None:
-    """No question the script trained on is from GSM8K's test split, the held-out questions of a GPU run
-    (helpers.data.heldout_questions). Judged here, after the run, so the script's process never waits on the Hub: the
-    whole split when datasets loads it (the Hub or its cache), else the 20 test rows shipped with the kit."""
-    from helpers import data
-
-    names = tuple(f"{n} " for n in data._NAMES)  # a synthetic question's first word: _judge_questions' part
-    asked = {q.strip() for q in t.get("questions") or [] if not q.startswith(names)}
-    if not asked:
-        return
-    with contextlib.redirect_stdout(io.StringIO()):  # gsm8k_records says where its rows came from: not the verdict
-        found = sorted(asked & {r["question"].strip() for r in data.gsm8k_records("test")})
-    if found:
-        raise CapstoneError(
-            f"{len(found)} of the {len(asked)} questions your script trains on are from GSM8K's test split, the "
-            f"questions the kit evaluates on (e.g. \"{found[0][:90]}\"): a score on them measures memory, not "
-            "learning. Fix: train on the train split, helpers.data.load_gsm8k(\"train\") (synthetic_problems(n, "
-            "\"train\") on a CPU), and keep \"test\" for evaluation.")
-
 
 AGREEMENT = 0.75  # the share of |advantage| that must move its way (direction_test): 0.5 is what chance gives
 MAX_BATCHES = 4  # the scored batches measured (the first ones): 2 steps sample 1-2 of them

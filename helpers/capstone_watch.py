@@ -9,10 +9,12 @@ saved adapter itself, after the script ended."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import importlib
 import importlib.abc
 import importlib.util
+import io
 import itertools
 import json
 import os
@@ -500,11 +502,18 @@ def _synthetic(questions: set[str]) -> set[str]:
     return found
 
 
+def _synthetic_first_words() -> tuple[str, ...]:
+    """How every synthetic question starts (helpers.data.make_problem: a name, then a space)."""
+    from helpers import data
+
+    return tuple(f"{n} " for n in data._NAMES)
+
+
 def _judge_questions(t: dict) -> None:
     """No question the script trained on is one of the kit's held-out synthetic questions (helpers.data.split_of)."""
     from helpers import data
 
-    questions, names = t.get("questions") or [], tuple(f"{n} " for n in data._NAMES)  # a synthetic one's first word
+    questions, names = t.get("questions") or [], _synthetic_first_words()
     if heldout := _synthetic({q for q in questions if q.startswith(names) and data.split_of(q) == "heldout"}):
         raise CapstoneError(
             f"{sum(q in heldout for q in questions)} of the {len(questions)} questions your script trains on are from "
@@ -512,6 +521,25 @@ def _judge_questions(t: dict) -> None:
             "measures memory, not learning. Fix: train on the train split: helpers.data.synthetic_problems(n, "
             "\"train\") (gsm8k_records(\"train\") on a GPU), and keep \"heldout\" for evaluation.")
 
+
+def _judge_gsm8k_questions(t: dict) -> None:
+    """No question the script trained on is from GSM8K's test split, the held-out questions of a GPU run
+    (helpers.data.heldout_questions). Called by the checker after the run, never in the script's process, so the
+    script never waits on the Hub: the whole split when datasets loads it (the Hub or its cache), else the 20 test
+    rows shipped with the kit. The synthetic questions are _judge_questions' part."""
+    from helpers import data
+
+    asked = {q.strip() for q in t.get("questions") or [] if not q.startswith(_synthetic_first_words())}
+    if not asked:
+        return
+    with contextlib.redirect_stdout(io.StringIO()):  # gsm8k_records says where its rows came from: not the verdict
+        found = sorted(asked & {r["question"].strip() for r in data.gsm8k_records("test")})
+    if found:
+        raise CapstoneError(
+            f"{len(found)} of the {len(asked)} questions your script trains on are from GSM8K's test split, the "
+            f"questions the kit evaluates on (e.g. \"{found[0][:90]}\"): a score on them measures memory, not "
+            "learning. Fix: train on the train split, helpers.data.load_gsm8k(\"train\") (synthetic_problems(n, "
+            "\"train\") on a CPU), and keep \"test\" for evaluation.")
 
 def _is_grpo(trainer) -> bool:
     return any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(("trl", "unsloth"))

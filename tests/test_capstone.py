@@ -561,8 +561,8 @@ def test_training_on_gsm8k_test_questions_is_refused_after_the_run(tmp_path, fak
                        "your script trains on are from GSM8K's test split", 'Fix: train on the train split')
     assert any(q[:90] in message for q in test)
     with pytest.raises(capstone.CapstoneError, match="2 of the 42 questions"):
-        capstone._judge_gsm8k_questions({"questions": train + test[:2]})
-    assert capstone._judge_gsm8k_questions({"questions": train}) is None
+        capstone_watch._judge_gsm8k_questions({"questions": train + test[:2]})
+    assert capstone_watch._judge_gsm8k_questions({"questions": train}) is None
 
 
 def test_direction_test_weighs_the_advantage_that_moved_its_way():
