@@ -110,8 +110,8 @@ def test_gguf_on_cpu_holds_the_merged_weights_and_the_embedded_tokenizer(trained
     assert [k for k in kept if written.fields[k].contents() != template.fields[k].contents()] == []
     assert written.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_F16
     assert any("lora_B" in n for n, _ in model.named_parameters())  # the model in memory keeps its adapter
-    with pytest.raises(sharing.SharingError, match="already exists"):
-        sharing.export_gguf_cpu(model, folder, PRESET)
+    with pytest.raises(sharing.SharingError, match="already exists"):  # refused before the template is even read
+        sharing.export_gguf_cpu(model, folder, PRESET, template=folder / "no-such-template.gguf")
     assert [p.name for p in folder.glob("*.gguf")] == [file.name]
 
 
