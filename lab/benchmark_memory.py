@@ -582,40 +582,41 @@ def measure_run(args, preset, emulated: EmulatedGPU | None, card_gib: float, met
     """The kit's own steps (helpers.run.pipeline: start, load_model, build_trainer, train), each phase's time and
     memory into record, and record["stage"] the step under way (a failure's record names it). What differs from
     `python -m helpers.train`: the prompts (padded to the worst case, see benchmark_data), the machine the steps are
-    told about (--emulate-gpu) and no dashboard or checkpoints."""
+    told about (--emulate-gpu), no dashboard or checkpoints, and a run folder that is removed after."""
     from helpers.run import pipeline  # transformers, TRL: after Unsloth (run_kit imported it)
     from helpers.run.metrics import read_metrics
 
-    workdir = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
-    run_preset = benchmark_run_preset(preset, args)
-    options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
-    progress.stage(record, "start")
-    extensions.use(StepTiming())  # each step's phases in metrics.jsonl: record["step_timing"] below
-    state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
-    device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
-    model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device, progress)
-    progress.stage(record, "prompts")
-    rows, heldout = benchmark_data(preset, args, tokenizer, record)
-    if args.evaluate:
-        progress.stage(record, "evaluate before")
-        record["before"], record["eval_seconds_before"] = timed_evaluation(model, tokenizer, heldout, preset)
-    progress.stage(record, "build_trainer")
-    with fp32_on_device(pipeline, device):
-        trainer = pipeline.build_trainer(state, rows)
-    generation = attach_phase_meter(trainer, meter, after_step=lambda: progress.save(record))
-    record["step_seconds"] = generation["step_seconds"]  # the steps so far, in a snapshot
-    progress.stage(record, "train")
-    t0 = time.time()
-    pipeline.train(state, trainer)
-    record["train_seconds"] = round(time.time() - t0, 1)
-    record["step_seconds"] = [round(s, 2) for s in generation["step_seconds"]]
-    record["generation"] = generation_speed(generation)
-    record["completion_tokens_mean"] = _last_log(trainer, "completions/mean_length")
-    record["reward_mean_last"] = _last_log(trainer, "reward")
-    record["step_timing"] = summarize_step_times(read_metrics(state.run_dir / "metrics.jsonl"))
-    if args.evaluate:
-        progress.stage(record, "evaluate after")
-        record["after"], record["eval_seconds_after"] = timed_evaluation(model, tokenizer, heldout, preset)
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-") as tmp:  # the run folder goes; the record is the result
+        workdir = Path(tmp)
+        run_preset = benchmark_run_preset(preset, args)
+        options = RunOptions(run_dir=workdir / "run", overwrite=True, save_steps=0, dashboard="off")
+        progress.stage(record, "start")
+        extensions.use(StepTiming())  # each step's phases in metrics.jsonl: record["step_timing"] below
+        state = pipeline.start(run_preset, options, runtime=emulated_runtime(emulated))
+        device = args.device if preset.backend.is_cpu else None  # --device: the cpu preset's model elsewhere
+        model, tokenizer = measured_load(pipeline, state, preset, emulated, card_gib, meter, record, device, progress)
+        progress.stage(record, "prompts")
+        rows, heldout = benchmark_data(preset, args, tokenizer, record)
+        if args.evaluate:
+            progress.stage(record, "evaluate before")
+            record["before"], record["eval_seconds_before"] = timed_evaluation(model, tokenizer, heldout, preset)
+        progress.stage(record, "build_trainer")
+        with fp32_on_device(pipeline, device):
+            trainer = pipeline.build_trainer(state, rows)
+        generation = attach_phase_meter(trainer, meter, after_step=lambda: progress.save(record))
+        record["step_seconds"] = generation["step_seconds"]  # the steps so far, in a snapshot
+        progress.stage(record, "train")
+        t0 = time.time()
+        pipeline.train(state, trainer)
+        record["train_seconds"] = round(time.time() - t0, 1)
+        record["step_seconds"] = [round(s, 2) for s in generation["step_seconds"]]
+        record["generation"] = generation_speed(generation)
+        record["completion_tokens_mean"] = _last_log(trainer, "completions/mean_length")
+        record["reward_mean_last"] = _last_log(trainer, "reward")
+        record["step_timing"] = summarize_step_times(read_metrics(state.run_dir / "metrics.jsonl"))
+        if args.evaluate:
+            progress.stage(record, "evaluate after")
+            record["after"], record["eval_seconds_after"] = timed_evaluation(model, tokenizer, heldout, preset)
 
 
 def measured_load(pipeline, state, preset, emulated, card_gib: float, meter, record: dict, device: str | None,

@@ -254,6 +254,7 @@ def test_kit_mode_measures_the_kits_own_steps(monkeypatch, tmp_path):
     assert record["step_timing"]["steps"] == 1 and record["step_timing"]["generation_tokens_per_s"] > 0
     assert record["prompt_tokens"]["max"] <= preset.max_prompt_length
     assert "vllm_engine" not in record, "no vLLM on the cpu preset"
+    assert not list(tmp_path.glob("grpo-bench-*")), "the run's temporary folder is removed after the measurement"
 
 
 # --------------------------------------------------------------------------------------------- a record whatever happens
@@ -382,7 +383,8 @@ def _signal_when_ready(template: str, out, signum) -> tuple[int, str]:
     writing its record to out; send signum once it is ready. Returns its exit code and stderr."""
     script = template.format(root=str(ROOT), tests=str(ROOT / "lab" / "tests"), json=str(out))
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=out.parent, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(out.parent)})  # a killed run's temporary folder stays here
     try:
         deadline = time.time() + 240
         while (line := proc.stdout.readline()) and line.strip() != "ready":
