@@ -54,7 +54,7 @@ def main():
     config = GRPOConfig(output_dir=args.output_dir, max_steps=args.max_steps, logging_steps=1, report_to="none",
                         save_strategy="no", num_generations=4, per_device_train_batch_size=4,
                         gradient_accumulation_steps=2, max_completion_length=32, learning_rate=2.5e-4,
-                        loss_type="dr_grpo", beta=0.04, use_cpu=True, bf16=False)
+                        loss_type="dr_grpo", beta=0.04, use_cpu=True, bf16=False, gradient_checkpointing=False)
     patch_trl_for_cpu()
     trainer = LoudTrainer(model=model, processing_class=tokenizer, reward_funcs=[correctness, formatting],
                           args=config, train_dataset=dataset)
