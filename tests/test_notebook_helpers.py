@@ -168,36 +168,6 @@ def _tiny_kit(tmp_path):
     return notebook_setup.prepare("cpu", run_dir=tmp_path, root=ROOT, quiet=True, max_steps=2)
 
 
-def test_train_run_resumes_by_default_and_overwrites_only_when_asked(tmp_path, monkeypatch):
-    seen = []
-    monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.append(
-        (preset, options, reward_funcs)) or {"steps": 2})
-    kit = _tiny_kit(tmp_path)
-    course.train_run(kit, save_steps=1, keep=3, checkpoint_dir=tmp_path / "ck", dashboard="headless", beta=0.04)
-    preset, options, rewards = seen[-1]
-    assert not options.overwrite and options.resume is None  # auto: an unfinished run in RUN_DIR is resumed
-    assert options.save_steps == 1 and options.keep == 3 and options.checkpoint_dir == tmp_path / "ck"
-    assert options.dashboard == "headless" and options.run_dir == tmp_path
-    assert preset.beta == 0.04 and preset.max_steps == 2 and rewards is None  # typed, not argv strings
-    course.train_run(kit, overwrite=True)
-    assert seen[-1][1].overwrite and seen[-1][0].beta == 0.0
-
-
-def test_train_run_shows_a_finished_run_instead_of_failing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline, "run_all", lambda *a, **k: pytest.fail("a finished run must not be retrained"))
-    (tmp_path / "summary.json").write_text('{"steps": 2}')
-    assert course.train_run(_tiny_kit(tmp_path)) == {"steps": 2}
-    assert "already holds a finished run" in capsys.readouterr().out
-
-
-def test_train_run_continues_a_finished_run_when_max_steps_is_raised(tmp_path, monkeypatch):
-    seen = []
-    monkeypatch.setattr(pipeline, "run_all", lambda preset, options, reward_funcs=None: seen.append(preset) or {})
-    (tmp_path / "summary.json").write_text('{"steps": 2}')
-    course.train_run(_tiny_kit(tmp_path), max_steps=4)
-    assert [p.max_steps for p in seen] == [4]  # helpers.run.folder then continues it from its step-2 checkpoint
-
-
 def test_tiny_adapter_is_trained_into_the_run_folder(tmp_path, monkeypatch):
     def fake_run(preset, options, reward_funcs=None):
         seen.append((preset, options))

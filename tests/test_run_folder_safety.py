@@ -287,28 +287,30 @@ def test_a_run_whose_config_json_says_backend_as_text_resumes(tmp_path, capsys):
     assert preset_from_run(run).backend is Backend.CPU and preset_from_run(run) == get_preset("cpu", max_steps=4)
 
 
-@pytest.mark.parametrize("max_steps, shown", [(1, True), (2, True), (3, False)])
-def test_the_finished_run_rule_is_the_one_the_command_line_and_the_notebook_apply(tmp_path, max_steps, shown):
-    """folder.finished_summary (course.train_run shows what it returns) and plan_run_folder (the CLI) decide alike: a
-    finished run is shown, not retrained, unless max_steps is now larger; then it continues from its checkpoint."""
+@pytest.mark.parametrize("max_steps, refused", [(1, True), (2, True), (3, False)])
+def test_a_finished_run_is_refused_unless_max_steps_is_now_larger(tmp_path, max_steps, refused):
+    """plan_run_folder (the command line's, and the notebook's through pipeline.start): a finished run is not trained
+    again unless max_steps is now larger; then it continues from its checkpoint."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(dict(CONFIG, max_steps=2)))
     (run / "summary.json").write_text(json.dumps({"steps": 2, "status": "finished"}))
     make_checkpoint(run / "trainer", 2)
-    assert fo.finished_summary(run, max_steps) == ({"steps": 2, "status": "finished"} if shown else None)
-    if shown:
+    if refused:
         with pytest.raises(RunDirError, match="already holds a finished run of 2 steps"):
             plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=max_steps))
     else:
         assert plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=max_steps)).continuing
 
 
-def test_finished_summary_names_a_cut_off_summary_and_is_none_without_one(tmp_path):
-    assert fo.finished_summary(tmp_path, 5) is None
-    (tmp_path / "summary.json").write_text('{"steps": 2')  # a kill while it was written
+def test_a_cut_off_summary_is_named_with_the_fix(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dict(CONFIG, max_steps=2)))
+    make_checkpoint(run / "trainer", 2)
+    (run / "summary.json").write_text('{"steps": 2')  # a kill while it was written
     with pytest.raises(RunDirError, match=r"summary.json is unreadable .*Fix: pass --overwrite"):
-        fo.finished_summary(tmp_path, 5)
+        plan_run_folder(run, "cpu", overwrite=False, config=dict(CONFIG, max_steps=2))
 
 
 # --------------------------------------------------------------------------------- resume never over-trains
@@ -523,7 +525,6 @@ def test_a_run_the_health_check_stopped_is_not_a_finished_run(tmp_path):
     for max_steps in (3, 10):
         with pytest.raises(RunDirError, match=r"holds a run that stopped: grad_norm is nan at step 3.*--overwrite"):
             plan_run_folder(run, "cpu", overwrite=False, config={**CONFIG, "max_steps": max_steps})
-    assert fo.finished_summary(run, 3) is None  # course.train_run trains instead of showing it as finished
 
 
 def test_a_checkpoint_without_an_adapter_at_max_steps_is_the_kits_error_not_a_traceback(tmp_path, monkeypatch):

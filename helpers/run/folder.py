@@ -187,19 +187,9 @@ def read_json(path: Path, fix: str = "pass --overwrite to start the run over, or
 
 
 def _done(summary: dict, max_steps) -> bool:
-    """The finished-run rule: a finished run is shown, not retrained, unless max_steps is now larger than the steps it
-    took (then it continues from its last checkpoint)."""
+    """The finished-run rule: a finished run is not trained again (refused with the fix) unless max_steps is now larger
+    than the steps it took (then it continues from its last checkpoint)."""
     return summary.get("status", "finished") == "finished" and (max_steps or 0) <= summary.get("steps", 0)
-
-
-def finished_summary(run_dir: Path, max_steps: int) -> dict | None:
-    """The summary of the finished run in run_dir when max_steps asks for no more steps than it took (show it, do
-    not train again); None when run_dir holds no finished run or max_steps is now larger (it continues)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    if not path.is_file():
-        return None
-    summary = read_json(path)
-    return summary if _done(summary, max_steps) else None
 
 
 def config_differences(saved: dict, config: dict) -> list[str]:

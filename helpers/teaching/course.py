@@ -307,34 +307,6 @@ class RssSampler:
         return max((gb for _, gb in self.samples), default=float("nan"))
 
 
-def train_run(kit, run_dir=None, overwrite: bool = False, save_steps: int | None = None, keep: int | None = None,
-              checkpoint_dir=None, dashboard: str | None = None, reward_funcs=None, **changes) -> dict:
-    """Every step of the pipeline (helpers.run.pipeline.run_all) for the kit's preset (plus `changes`, e.g. max_steps=2);
-    returns the summary. 05 runs the same steps cell by cell; this is the same in one call.
-
-    Resumes by default: running it again with the same run folder continues an unfinished run from its latest
-    complete checkpoint (helpers.run.folder.plan_run_folder); a finished run is shown, not retrained, unless
-    max_steps is now larger (then it continues from its last checkpoint). overwrite=True
-    (explicit) replaces an earlier run and says what it replaces. save_steps / keep / checkpoint_dir / dashboard
-    are helpers.run.pipeline.RunOptions (None: the CLI's defaults); reward_funcs: None = the kit's rewards.
-    """
-    from helpers.run import pipeline  # imports TRL: after the setup cell imported Unsloth
-    from helpers.run.folder import finished_summary  # the CLI's rule; a cut-off summary.json: the file and the fix
-
-    target = Path(run_dir or kit.run_dir)
-    preset = kit.preset.with_overrides(**changes) if changes else kit.preset
-    finished = None if overwrite else finished_summary(target, preset.max_steps)
-    if finished is not None:
-        say(f"{target} already holds a finished run: showing it instead of training again. To train "
-            "longer, raise MAX_STEPS (it continues from the last checkpoint); to train again, choose another "
-            "RUN_DIR, or pass overwrite=True (OVERWRITE = True in 05) to replace it.")
-        return finished
-    given = {"save_steps": save_steps, "keep": keep, "checkpoint_dir": checkpoint_dir, "dashboard": dashboard}
-    options = pipeline.RunOptions(run_dir=target, overwrite=overwrite,
-                               **{k: v for k, v in given.items() if v is not None})
-    return pipeline.run_all(preset, options, reward_funcs=reward_funcs)
-
-
 # Why each GRPOConfig setting that decides memory and learning has its value: 05's table and its config check.
 CONFIG_WHY = {
     "num_generations": "completions per prompt: GRPO compares them, so more = better signal, more memory",
