@@ -2,7 +2,7 @@
 
 TRL 1.15 computes GRPO's per-token log-probabilities with a Triton kernel (trl.kernels.ChunkedLogProbFunction).
 CPU builds of PyTorch ship no Triton, so TRL sets that kernel to None and the first training step fails with
-"'NoneType' object has no attribute 'apply'" (docs/unsloth-cpu-backend.md). Unsloth's CPU backend fixes this
+"'NoneType' object has no attribute 'apply'" (lab/docs/unsloth-cpu-backend.md). Unsloth's CPU backend fixes this
 the same way: a plain-PyTorch function with the kernel's signature. On a GPU nothing here is used.
 """
 
