@@ -340,7 +340,7 @@ def test_every_lesson_is_in_the_design():
 # -------------------------------------------------------------------------------------- Drive run folder
 
 
-def test_use_drive_puts_the_whole_run_folder_on_drive(colab, monkeypatch):
+def test_use_drive_puts_the_whole_run_folder_on_drive(colab):
     kit = run_setup_cell(USE_DRIVE=True, LESSON="03_data")["kit"]
     drive_runs = colab.content / "drive" / "MyDrive" / "grpo-kit" / "runs"
     assert colab.mounts == [str(colab.content / "drive")]
