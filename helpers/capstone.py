@@ -35,9 +35,9 @@ from types import SimpleNamespace
 
 from helpers import data
 from helpers.capstone_watch import (  # noqa: F401 - KIT, HELPERS, ALLOWED, kit_module: the checker's names too
-    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, CapstoneError, StoppedEarly, _allowed, _judge_gsm8k_questions, _judge_questions,
-    _judge_reward_cases, _library_file, _lora_key, _named_modules, _origin, judge_before_training, kit_module,
-    reward_cases)
+    ALLOWED, CASES, HELPERS, KIT, KIT_USE, REPORT, TRAINED, CapstoneError, StoppedEarly, _allowed,
+    _judge_gsm8k_questions, _judge_questions, _judge_reward_cases, _library_file, _lora_key, _named_modules, _origin,
+    judge_before_training, kit_module, reward_cases)
 from helpers.messages import say
 from helpers.teaching.exercises.nb04 import CHAT  # 04's hint for a chat completion read as a string
 

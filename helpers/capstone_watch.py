@@ -529,7 +529,8 @@ def _judge_gsm8k_questions(t: dict) -> None:
     rows shipped with the kit. The synthetic questions are _judge_questions' part."""
     from helpers import data
 
-    asked = {q.strip() for q in t.get("questions") or [] if not q.startswith(_synthetic_first_words())}
+    synthetic = _synthetic_first_words()
+    asked = {q.strip() for q in t.get("questions") or [] if not q.startswith(synthetic)}
     if not asked:
         return
     with contextlib.redirect_stdout(io.StringIO()):  # gsm8k_records says where its rows came from: not the verdict
@@ -540,6 +541,7 @@ def _judge_gsm8k_questions(t: dict) -> None:
             f"questions the kit evaluates on (e.g. \"{found[0][:90]}\"): a score on them measures memory, not "
             "learning. Fix: train on the train split, helpers.data.load_gsm8k(\"train\") (synthetic_problems(n, "
             "\"train\") on a CPU), and keep \"test\" for evaluation.")
+
 
 def _is_grpo(trainer) -> bool:
     return any(c.__name__.endswith("GRPOTrainer") and c.__module__.split(".")[0].startswith(("trl", "unsloth"))

@@ -328,7 +328,7 @@ def export_gguf_cpu(model, path, settings, adapter_path=None, overwrite: bool = 
     if _is_unsloth(model):
         raise SharingError("export_gguf_cpu is the CPU path's GGUF export; on the GPU use export_gguf (Unsloth).")
     if not overwrite:
-        fresh_folder(path, overwrite)  # an earlier export is refused before the template is read and the merge made
+        fresh_folder(path, overwrite=False)  # an earlier export is refused before the template is read, the merge made
     template = Path(template or embedded_gguf_path())
     reader = gguf.GGUFReader(str(template))
     order = [t.name for t in reader.tensors]
